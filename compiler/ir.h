@@ -1,0 +1,647 @@
+/*
+ * ir.h -- the one header of the tkc compiler.
+ *
+ * tkc turns a .tk module into one cubin.  The front end (lang/) parses and
+ * checks the source, then lower_ast.c instantiates every kernel instance into
+ * the IR defined here.  The IR is structured (a tree of statements over
+ * expression trees, in the spirit of TVM's TIR) rather than a CFG: tile
+ * passes want loops and regions, and LLVM builds the SSA form for us at the
+ * end.  Every pass is a function Kernel -> Kernel that rewrites the tree in
+ * place, in the kernel's arena.
+ *
+ * Stages (see pipeline.c):
+ *   tile level    PARALLEL loops, COPY / FILL / REDUCE tile statements,
+ *                 fragments with no layout yet.
+ *   thread level  after lower_parallel: only per-thread statements; fragments
+ *                 have become LOCAL arrays; every loop is SERIAL, UNROLLED or
+ *                 VECTORIZED.
+ *   vector level  after vectorize: expressions may have lanes > 1.
+ *
+ * Sections below are owned by the file named in their banner.  A function's
+ * home is the banner it is declared under.
+ */
+#ifndef TKC_IR_H
+#define TKC_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define IR_MAX_RANK 6       /* the most dimensions a tensor or tile may have */
+#define IR_MAX_LANES 32     /* widest vector expression: 16 bytes of e2m1 */
+#define IR_VECTOR_BYTES 16  /* widest global access sm_90 has: LDG.E.128 */
+#define IR_WARP_SIZE 32
+
+/* ===================================================================== */
+/* arena.c                                                                */
+/* ===================================================================== */
+
+/* Bump allocator; everything of one compilation lives in one arena and is
+ * freed at once.  arena_alloc returns zeroed, 16-byte-aligned memory. */
+typedef struct Arena Arena;
+Arena *arena_new(void);
+void arena_free(Arena *arena);
+void *arena_alloc(Arena *arena, size_t size);
+char *arena_strdup(Arena *arena, const char *s);
+char *arena_printf(Arena *arena, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Growable pointer array living in an arena (old storage is abandoned). */
+typedef struct {
+    void **items;
+    int count, capacity;
+} PtrVec;
+void vec_push(Arena *arena, PtrVec *vec, void *item);
+
+/* ===================================================================== */
+/* diag.c  (shared with lang/)                                            */
+/* ===================================================================== */
+
+typedef struct {
+    const char *file; /* path as given on the command line, or "<ir>" */
+    int line, col;    /* 1-based; 0 means "no location" */
+} Loc;
+
+/* Diagnostics are collected, not fatal: diag_error records and prints
+ * `file:line:col: error: msg`, the source line and a caret, and keeps
+ * going.  After DIAG_MAX_ERRORS it stops printing.  Internal compiler bugs
+ * go through ice(), which prints and exits with status 3. */
+#define DIAG_MAX_ERRORS 20
+typedef struct Diag {
+    FILE *out;        /* where messages go (stderr in tkc) */
+    int errors;       /* number of errors reported so far */
+    /* source text registry so the caret line can be printed */
+    const char *files[64];
+    const char *texts[64];
+    int nfiles;
+} Diag;
+void diag_init(Diag *diag, FILE *out);
+void diag_add_source(Diag *diag, const char *file, const char *text);
+void diag_error(Diag *diag, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void diag_note(Diag *diag, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+_Noreturn void ice_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define ice(...) ice_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* ===================================================================== */
+/* ir.c : data types                                                      */
+/* ===================================================================== */
+
+/* X(ENUM, name, bits, class).  `bits` is the storage width of one element;
+ * e2m1 is 4 (two per byte).  ue8m0 is an unsigned biased exponent byte. */
+#define IR_DTYPES(X)                                                         \
+    X(VOID, "void", 0, DCLASS_VOID)                                          \
+    X(BOOL, "bool", 8, DCLASS_BOOL)                                          \
+    X(I8, "i8", 8, DCLASS_SINT)                                              \
+    X(U8, "u8", 8, DCLASS_UINT)                                              \
+    X(I16, "i16", 16, DCLASS_SINT)                                           \
+    X(U16, "u16", 16, DCLASS_UINT)                                           \
+    X(I32, "i32", 32, DCLASS_SINT)                                           \
+    X(U32, "u32", 32, DCLASS_UINT)                                           \
+    X(I64, "i64", 64, DCLASS_SINT)                                           \
+    X(U64, "u64", 64, DCLASS_UINT)                                           \
+    X(F16, "f16", 16, DCLASS_FLOAT)                                          \
+    X(BF16, "bf16", 16, DCLASS_FLOAT)                                        \
+    X(F32, "f32", 32, DCLASS_FLOAT)                                          \
+    X(F64, "f64", 64, DCLASS_FLOAT)                                          \
+    X(E4M3, "e4m3", 8, DCLASS_FLOAT8)                                        \
+    X(E5M2, "e5m2", 8, DCLASS_FLOAT8)                                        \
+    X(E2M1, "e2m1", 4, DCLASS_FLOAT8)                                        \
+    X(UE8M0, "ue8m0", 8, DCLASS_UINT)
+
+typedef enum {
+#define X(e, name, bits, cls) DT_##e,
+    IR_DTYPES(X)
+#undef X
+        DT_COUNT
+} DType;
+
+typedef enum {
+    DCLASS_VOID, DCLASS_BOOL, DCLASS_SINT, DCLASS_UINT, DCLASS_FLOAT,
+    DCLASS_FLOAT8 /* storage-only floats: arithmetic happens in f32 */
+} DClass;
+
+const char *ir_dtype_name(DType t);
+int ir_dtype_bits(DType t);
+DClass ir_dtype_class(DType t);
+bool ir_dtype_from_name(const char *name, DType *out);
+bool ir_dtype_is_int(DType t);   /* SINT, UINT or BOOL */
+bool ir_dtype_is_float(DType t); /* FLOAT or FLOAT8 */
+
+/* ===================================================================== */
+/* ir.c : expressions                                                     */
+/* ===================================================================== */
+
+/* Binary operators.  X(ENUM, text).  On integers DIV and MOD are floor
+ * division and modulo (as in TileLang); on floats DIV is IEEE division
+ * (div.rn) and MOD is not allowed.  Comparisons yield bool. */
+#define IR_BINOPS(X)                                                         \
+    X(ADD, "+") X(SUB, "-") X(MUL, "*") X(DIV, "/") X(MOD, "%")              \
+    X(MIN, "min") X(MAX, "max")                                              \
+    X(AND, "&") X(OR, "|") X(XOR, "^") X(SHL, "<<") X(SHR, ">>")             \
+    X(EQ, "==") X(NE, "!=") X(LT, "<") X(LE, "<=") X(GT, ">") X(GE, ">=")    \
+    X(LAND, "&&") X(LOR, "||")
+
+typedef enum {
+#define X(e, text) BIN_##e,
+    IR_BINOPS(X)
+#undef X
+        BIN_COUNT
+} BinOp;
+
+#define IR_UNOPS(X) X(NEG, "neg") X(NOT, "not") X(LNOT, "lnot") X(ABS, "abs")
+typedef enum {
+#define X(e, text) UN_##e,
+    IR_UNOPS(X)
+#undef X
+        UN_COUNT
+} UnOp;
+
+/* Intrinsic calls.  X(ENUM, name, nargs, flags).  nargs -1 = variadic.
+ * flags: INTR_PURE (no side effect, may be CSE'd or hoisted),
+ *        INTR_THREAD (value differs per thread: never hoisted out of a
+ *        per-thread region), INTR_SYNC (warp-synchronous: every lane of the
+ *        warp must execute it).
+ * Numerics follow tilekernels-spec.md section 2.1: EXP is libdevice expf
+ * (the 3-FMA range reduction + ex2.approx.ftz), SIGMOID is 1/(1+EXP(-x)),
+ * RSQRT is rsqrt.approx, SQRT is sqrt.rn, FMA is fma.rn. */
+#define INTR_PURE 1
+#define INTR_THREAD 2
+#define INTR_SYNC 4
+#define IR_INTRINSICS(X)                                                     \
+    X(THREAD_IDX, "thread_idx", 0, INTR_PURE | INTR_THREAD)                  \
+    X(BLOCK_IDX_X, "block_idx_x", 0, INTR_PURE)                              \
+    X(BLOCK_IDX_Y, "block_idx_y", 0, INTR_PURE)                              \
+    X(BLOCK_IDX_Z, "block_idx_z", 0, INTR_PURE)                              \
+    X(LANE_IDX, "lane_idx", 0, INTR_PURE | INTR_THREAD)                      \
+    X(WARP_IDX, "warp_idx", 0, INTR_PURE | INTR_THREAD)                      \
+    X(EXP, "exp", 1, INTR_PURE)                                              \
+    X(EXP2, "exp2", 1, INTR_PURE)                                            \
+    X(RSQRT, "rsqrt", 1, INTR_PURE)                                          \
+    X(SQRT, "sqrt", 1, INTR_PURE)                                            \
+    X(SIGMOID, "sigmoid", 1, INTR_PURE)                                      \
+    X(FMA, "fma", 3, INTR_PURE)                                              \
+    X(SHFL_XOR, "shfl_xor", 2, INTR_THREAD | INTR_SYNC)                      \
+    X(SHFL_IDX, "shfl_idx", 2, INTR_THREAD | INTR_SYNC)                      \
+    X(F16_RZ_BITS, "f16_rz_bits", 1, INTR_PURE) /* f32 -> u16 bits, RZ */    \
+    X(E2M1_BITS, "e2m1_bits", 1, INTR_PURE)     /* f32 -> u8 nibble, RNE */  \
+    X(ISFINITE, "isfinite", 1, INTR_PURE)                                    \
+    X(POPCOUNT, "popcount", 1, INTR_PURE)
+
+typedef enum {
+#define X(e, name, nargs, flags) INTR_##e,
+    IR_INTRINSICS(X)
+#undef X
+        INTR_COUNT
+} Intrinsic;
+
+/* Casts.  CAST_CONVERT is a value conversion: float->float rounds to
+ * nearest even; float->e4m3/e5m2 is cvt.rn.satfinite (NaN -> 0x7F);
+ * float->int truncates toward zero; int->int wraps; int->float rounds to
+ * nearest.  CAST_BITCAST reinterprets bits of equal width. */
+typedef enum { CAST_CONVERT, CAST_BITCAST } CastKind;
+
+#define IR_EXPR_KINDS(X)                                                     \
+    X(INT, "int")         /* u.int_value, dtype is an integer type       */   \
+    X(FLOAT, "float")     /* u.float_value (double), dtype a float type  */   \
+    X(VAR, "var")         /* u.var                                       */   \
+    X(LOAD, "load")       /* u.load: buffer[indices] (lanes wide)        */   \
+    X(UNARY, "unary")     /* u.unary                                     */   \
+    X(BINARY, "binary")   /* u.binary                                    */   \
+    X(SELECT, "select")   /* u.select: cond ? a : b                      */   \
+    X(CAST, "cast")       /* u.cast                                      */   \
+    X(CALL, "call")       /* u.call: intrinsic(args)                     */   \
+    X(RAMP, "ramp")       /* u.ramp: base + i*stride for i < lanes       */   \
+    X(BROADCAST, "broadcast") /* u.broadcast: value repeated lanes times */
+
+typedef enum {
+#define X(e, text) EXPR_##e,
+    IR_EXPR_KINDS(X)
+#undef X
+        EXPR_COUNT
+} ExprKind;
+
+typedef struct Buffer Buffer;
+typedef struct Var Var;
+typedef struct Expr Expr;
+
+struct Expr {
+    ExprKind kind;
+    DType dtype;  /* element type of the value */
+    int lanes;    /* 1 = scalar; >1 only after vectorize */
+    Loc loc;
+    union {
+        int64_t int_value;
+        double float_value;
+        Var *var;
+        struct { Buffer *buffer; Expr **indices; Expr *predicate; } load;
+        /* predicate: NULL or a bool expr; false lanes read 0 (masking) */
+        struct { UnOp op; Expr *operand; } unary;
+        struct { BinOp op; Expr *lhs, *rhs; } binary;
+        struct { Expr *cond, *then_value, *else_value; } select;
+        struct { CastKind kind; Expr *value; } cast;
+        struct { Intrinsic op; Expr **args; int nargs; } call;
+        struct { Expr *base; int64_t stride; } ramp;
+        struct { Expr *value; } broadcast;
+    } u;
+};
+
+/* ===================================================================== */
+/* ir.c : variables and buffers                                           */
+/* ===================================================================== */
+
+/* VAR_SYMBOL: a run-time dimension or stride of a tensor parameter, bound
+ *   by the launcher from the tensor descriptor (always i32 in the kernel;
+ *   the runtime rejects tensors whose element offsets overflow int32).
+ * VAR_SCALAR: a scalar kernel parameter.
+ * VAR_LET:    immutable, defined once by STMT_LET.
+ * VAR_MUTABLE: declared by STMT_LET with mutable=true, updated by
+ *   STMT_ASSIGN.  Per-thread.
+ * VAR_LOOP:   induction variable of a FOR or PARALLEL loop.
+ * VAR_BLOCK:  blockIdx.x/y/z named by the launch statement. */
+typedef enum {
+    VAR_SYMBOL, VAR_SCALAR, VAR_LET, VAR_MUTABLE, VAR_LOOP, VAR_BLOCK
+} VarKind;
+
+struct Var {
+    const char *name; /* unique within a kernel (lower_ast renames) */
+    DType dtype;
+    VarKind kind;
+    int id;           /* dense index within the kernel, for tables */
+    int block_dim;    /* VAR_BLOCK: 0, 1, 2 for x, y, z */
+};
+
+typedef enum {
+    SCOPE_GLOBAL,   /* tensor parameter in device memory */
+    SCOPE_SHARED,   /* block-wide shared memory */
+    SCOPE_FRAGMENT, /* register tile distributed over the block's threads */
+    SCOPE_LOCAL     /* per-thread array (registers or local memory) */
+} Scope;
+
+/* A fragment layout, chosen by infer_layouts.  The logical tile of shape
+ * extent[0..rank) is flattened row-major and cut into chunks of `vec`
+ * consecutive elements (vec divides extent[rank-1]).  Chunk c belongs to
+ * thread c % threads, in slot c / threads; a thread therefore owns
+ * `slots * vec` elements, stored in its LOCAL array at index slot*vec+lane.
+ * Threads whose last slot is past the end simply skip it (guard).
+ *
+ * A layout with reduced=true describes the result of REDUCE over the last
+ * dimension of a parent tile layout (parent_extent, same threads/vec):
+ * each parent chunk yields one result element, so the result has shape
+ * parent_extent[0..rank-1) and is stored at local index `slot`.
+ * `group` = parent_extent[last] / vec consecutive chunks (= consecutive
+ * threads, since group divides threads and 32) share one result element:
+ * every one of them holds a copy (replication).  Replica 0 is the thread
+ * with (c % group) == 0. */
+typedef struct Layout {
+    int rank;                          /* rank of the tile itself */
+    int64_t extent[IR_MAX_RANK];       /* tile shape */
+    int threads;                       /* block threads the tile spans */
+    int vec;                           /* elements per chunk */
+    int64_t slots;                     /* ceil(chunks / threads) */
+    bool reduced;                      /* result of a last-dim reduction */
+    int parent_rank;                   /* reduced: rank + 1 */
+    int64_t parent_extent[IR_MAX_RANK];/* reduced: the parent tile shape */
+    int group;                         /* reduced: chunks per result */
+} Layout;
+
+struct Buffer {
+    const char *name;
+    DType dtype;
+    Scope scope;
+    int rank;
+    Expr *shape[IR_MAX_RANK];   /* GLOBAL: symbolic; others: EXPR_INT */
+    Expr *strides[IR_MAX_RANK]; /* GLOBAL: in elements; NULL otherwise */
+    int param_index;            /* GLOBAL: index in Kernel.params */
+    Layout *layout;             /* FRAGMENT: set by infer_layouts */
+    /* SHARED, set by plan_shared: byte offset in the block's shared
+     * array, row pitch in elements (>= shape[rank-1]; padding) and the
+     * XOR swizzle: the 16-byte chunk index within each 128-byte segment of
+     * a row is XORed with ((row >> swizzle_shift) & 7) when swizzle_shift
+     * >= 0; -1 means no swizzle. */
+    int64_t shared_offset;
+    int64_t pitch;
+    int swizzle_shift;
+    bool read_only;             /* GLOBAL: never stored to (ld.global.nc) */
+    Loc loc;
+};
+
+/* ===================================================================== */
+/* ir.c : statements                                                      */
+/* ===================================================================== */
+
+/* A region of a buffer: per dimension a start expression and a constant
+ * extent.  extent 0 on a dimension means "a single index" (the dimension
+ * is dropped from the region's shape, e.g. x[b, i:+64]). */
+typedef struct Region {
+    Buffer *buffer;
+    Expr *start[IR_MAX_RANK];
+    int64_t extent[IR_MAX_RANK];
+} Region;
+
+#define IR_LOOP_KINDS(X)                                                     \
+    X(SERIAL, "serial")       /* ordinary loop, per thread                */  \
+    X(UNROLL, "unroll")       /* constant trip count, fully unrolled      */  \
+    X(VECTORIZED, "vectorized") /* constant trip count, one vector op     */
+
+typedef enum {
+#define X(e, text) LOOP_##e,
+    IR_LOOP_KINDS(X)
+#undef X
+        LOOP_COUNT
+} LoopKind;
+
+#define IR_REDUCE_OPS(X) X(SUM, "sum") X(MAX, "max") X(MIN, "min") X(ABSMAX, "absmax")
+typedef enum {
+#define X(e, text) REDUCE_##e,
+    IR_REDUCE_OPS(X)
+#undef X
+        REDUCE_COUNT
+} ReduceOp;
+
+#define IR_ATOMIC_OPS(X) X(ADD, "add") X(MAX, "max") X(MIN, "min")
+typedef enum {
+#define X(e, text) ATOMIC_##e,
+    IR_ATOMIC_OPS(X)
+#undef X
+        ATOMIC_COUNT
+} AtomicOp;
+
+/* Statement kinds.  X(ENUM, text, level): level T = tile level only
+ * (gone after lower_parallel), A = any level. */
+#define IR_STMT_KINDS(X)                                                     \
+    X(SEQ, "seq", A)          /* u.seq: statements in order              */  \
+    X(LET, "let", A)          /* u.let: var = value (mutable: var ...)   */  \
+    X(ASSIGN, "assign", A)    /* u.assign: var = value                   */  \
+    X(STORE, "store", A)      /* u.store: buffer[indices] = value        */  \
+    X(ALLOC, "alloc", A)      /* u.alloc: declares a shared/frag/local   */  \
+    X(FOR, "for", A)          /* u.loop                                  */  \
+    X(PARALLEL, "parallel", T) /* u.parallel: tile loop over threads     */  \
+    X(IF, "if", A)            /* u.if_                                   */  \
+    X(BARRIER, "barrier", A)  /* u.barrier: bar.sync 0 or __syncwarp     */  \
+    X(COPY, "copy", T)        /* u.copy: tile copy src -> dst            */  \
+    X(FILL, "fill", T)        /* u.fill: dst region = value              */  \
+    X(REDUCE, "reduce", T)    /* u.reduce: fragment reduction            */  \
+    X(ATOMIC, "atomic", A)    /* u.atomic: buffer[indices] op= value     */  \
+    X(EVAL, "eval", A)        /* u.eval: expression for its effect       */  \
+    X(RETURN, "return", A)    /* thread exits                            */  \
+    X(ASSERT, "assert", A)    /* u.assert_: trap when false              */
+
+typedef enum {
+#define X(e, text, level) STMT_##e,
+    IR_STMT_KINDS(X)
+#undef X
+        STMT_COUNT
+} StmtKind;
+
+typedef struct Stmt Stmt;
+struct Stmt {
+    StmtKind kind;
+    Loc loc;
+    union {
+        struct { Stmt **items; int count; } seq;
+        struct { Var *var; Expr *value; } let;       /* value may be NULL
+                                                       for a mutable var */
+        struct { Var *var; Expr *value; } assign;
+        struct { Buffer *buffer; Expr **indices; Expr *value;
+                 Expr *predicate; } store;           /* predicate: NULL or
+                                                       bool; false lanes
+                                                       skip the store */
+        struct { Buffer *buffer; } alloc;
+        struct { Var *var; Expr *begin, *end; int64_t step; LoopKind kind;
+                 Stmt *body; } loop;                 /* end exclusive */
+        struct { int rank; Var *vars[IR_MAX_RANK];
+                 int64_t extent[IR_MAX_RANK];
+                 Layout *layout;                     /* set by
+                                                       infer_layouts */
+                 Stmt *body; } parallel;
+        struct { Expr *cond; Stmt *then_body, *else_body; } if_;
+        struct { bool warp_only; } barrier;
+        struct { Region src, dst; } copy;
+        struct { Region dst; Expr *value; } fill;
+        struct { ReduceOp op; Buffer *src, *dst; int dim; bool clear; }
+            reduce;
+        struct { AtomicOp op; Buffer *buffer; Expr **indices; Expr *value; }
+            atomic;
+        struct { Expr *value; } eval;
+        struct { Expr *cond; const char *message; } assert_;
+    } u;
+};
+
+/* ===================================================================== */
+/* ir.c : kernels and modules                                             */
+/* ===================================================================== */
+
+typedef enum { PARAM_TENSOR, PARAM_SCALAR } ParamKind;
+typedef struct Param {
+    const char *name;
+    ParamKind kind;
+    Buffer *buffer; /* PARAM_TENSOR: a SCOPE_GLOBAL buffer */
+    Var *var;       /* PARAM_SCALAR: a VAR_SCALAR */
+} Param;
+
+/* A run-time fact the launcher checks before every launch and the
+ * compiler may rely on: a bool expression over VAR_SYMBOL/VAR_SCALAR. */
+typedef struct Constraint {
+    Expr *cond;
+    const char *text; /* source text, for the launcher's error message */
+    Loc loc;
+} Constraint;
+
+/* Kernel.state flags: which stages are done, checked by the verifier. */
+#define KSTATE_LAYOUTS 1  /* every fragment and PARALLEL has a layout */
+#define KSTATE_THREAD 2   /* no tile-level statements remain */
+#define KSTATE_VECTOR 4   /* vectorize has run */
+#define KSTATE_SHARED 8   /* shared buffers have offsets */
+
+typedef struct Kernel {
+    const char *name;        /* PTX entry: <kernel>__<instance> */
+    const char *source_name; /* kernel name in the .tk source */
+    const char *instance;    /* instance label */
+    Param *params;
+    int nparams;
+    Var **symbols;           /* VAR_SYMBOLs in launcher order */
+    int nsymbols;
+    Constraint *constraints;
+    int nconstraints;
+    Expr *grid[3];           /* over symbols and scalars; 1 if absent */
+    int threads;             /* threads per block */
+    Var *block_vars[3];      /* may be NULL */
+    Stmt *body;
+    int64_t shared_bytes;    /* set by plan_shared */
+    int nvars;               /* next Var.id */
+    unsigned state;          /* KSTATE_* */
+    Arena *arena;            /* the module's arena */
+    Loc loc;
+} Kernel;
+
+typedef struct Module {
+    Kernel **kernels;
+    int nkernels;
+    const char *arch;        /* "sm_90a" or "sm_100a" */
+    Arena *arena;
+} Module;
+
+/* Constructors.  All allocate in the kernel's arena; every Expr gets
+ * lanes 1 unless stated.  ir_binary infers the result dtype (bool for
+ * comparisons, else the lhs dtype; operand dtypes must already agree). */
+Expr *ir_int(Kernel *k, DType t, int64_t value);
+Expr *ir_float(Kernel *k, DType t, double value);
+Expr *ir_var(Kernel *k, Var *v);
+Expr *ir_load(Kernel *k, Buffer *b, Expr **indices, Expr *predicate);
+Expr *ir_unary(Kernel *k, UnOp op, Expr *a);
+Expr *ir_binary(Kernel *k, BinOp op, Expr *a, Expr *b);
+Expr *ir_select(Kernel *k, Expr *cond, Expr *a, Expr *b);
+Expr *ir_cast(Kernel *k, CastKind kind, DType t, Expr *value);
+Expr *ir_call(Kernel *k, Intrinsic op, DType t, Expr **args, int nargs);
+Expr *ir_ramp(Kernel *k, Expr *base, int64_t stride, int lanes);
+Expr *ir_broadcast(Kernel *k, Expr *value, int lanes);
+Expr *ir_copy_expr(Kernel *k, const Expr *e); /* deep copy */
+
+Var *ir_new_var(Kernel *k, const char *name, DType t, VarKind kind);
+Buffer *ir_new_buffer(Kernel *k, const char *name, DType t, Scope scope,
+                      int rank);
+
+Stmt *ir_new_stmt(Kernel *k, StmtKind kind, Loc loc);
+Stmt *ir_seq(Kernel *k, Stmt **items, int count);
+void ir_seq_append(Kernel *k, Stmt *seq, Stmt *item);
+Stmt *ir_copy_stmt(Kernel *k, const Stmt *s); /* deep copy; Vars bound
+                                                 inside are cloned */
+
+Kernel *ir_new_kernel(Module *m, const char *name);
+Module *ir_new_module(Arena *arena, const char *arch);
+
+/* Generic rewriting helpers.  ir_substitute returns a copy of e with
+ * every use of var replaced by value. */
+Expr *ir_substitute(Kernel *k, const Expr *e, const Var *var, Expr *value);
+Stmt *ir_substitute_stmt(Kernel *k, const Stmt *s, const Var *var,
+                         Expr *value);
+bool ir_expr_uses_var(const Expr *e, const Var *v);
+bool ir_expr_equal(const Expr *a, const Expr *b);
+
+/* Property tables generated from the X-macros. */
+const char *ir_binop_name(BinOp op);
+const char *ir_unop_name(UnOp op);
+const char *ir_intrinsic_name(Intrinsic op);
+int ir_intrinsic_nargs(Intrinsic op);
+unsigned ir_intrinsic_flags(Intrinsic op);
+const char *ir_stmt_name(StmtKind kind);
+const char *ir_expr_name(ExprKind kind);
+const char *ir_loop_name(LoopKind kind);
+const char *ir_reduce_name(ReduceOp op);
+const char *ir_atomic_name(AtomicOp op);
+const char *ir_scope_name(Scope scope);
+
+/* ===================================================================== */
+/* ir_print.c / ir_parse.c                                                */
+/* ===================================================================== */
+
+/* Textual IR (docs/ir.md).  ir_print writes exactly what ir_parse reads:
+ * parse(print(m)) prints identically. */
+void ir_print_module(FILE *out, const Module *m);
+void ir_print_kernel(FILE *out, const Kernel *k);
+void ir_print_expr(FILE *out, const Expr *e);
+/* Parses IR text; on error reports through diag and returns NULL. */
+Module *ir_parse(Arena *arena, Diag *diag, const char *file,
+                 const char *text);
+
+/* ===================================================================== */
+/* verify.c                                                               */
+/* ===================================================================== */
+
+/* Checks structural invariants for the kernel's current state (dtypes of
+ * operands agree, indices match ranks, variables defined before use,
+ * tile-level statements absent once KSTATE_THREAD is set, layouts present
+ * once KSTATE_LAYOUTS is set, lanes consistent).  Returns false and
+ * reports through diag (these are compiler bugs: tkc turns a failure into
+ * an internal error, exit 3). */
+bool ir_verify(Kernel *k, Diag *diag, const char *after_pass);
+
+/* ===================================================================== */
+/* analysis.c                                                             */
+/* ===================================================================== */
+
+/* Facts the compiler may rely on: from the kernel's constraints (e.g.
+ * "H % 64 == 0" gives H = 64*k + 0) and from block/loop variable ranges. */
+typedef struct {
+    int64_t coeff; /* the value is coeff*n + base for some integer n;
+                      coeff 0 means exactly base */
+    int64_t base;
+} Modular;
+typedef struct Facts Facts;
+Facts *facts_new(Kernel *k);           /* reads Kernel.constraints */
+Modular facts_modular(Facts *f, const Expr *e);
+/* Known bounds [lo, hi] of an integer expression; false if unknown. */
+bool facts_bounds(Facts *f, const Expr *e, int64_t *lo, int64_t *hi);
+/* Evaluates an integer expression whose variables are all bound. */
+bool ir_eval_int(const Expr *e, const Var **vars, const int64_t *values,
+                 int nvars, int64_t *out);
+
+/* ===================================================================== */
+/* passes/ : one file per pass.  Each returns false after reporting a
+ * user-facing error through diag (e.g. an unsupported layout).          */
+/* ===================================================================== */
+
+/* passes/check_types.c -- requires: tile level.  Type and shape checks of
+ * tile statements (copy shapes agree, reduce dims, fragment accesses in
+ * bounds when constant).  Changes nothing. */
+bool pass_check_types(Kernel *k, Diag *diag);
+/* passes/lower_tile_ops.c -- COPY and FILL at block level become PARALLEL
+ * loops (with global edge predicates); inside a PARALLEL body they become
+ * per-thread UNROLL loops. */
+bool pass_lower_tile_ops(Kernel *k, Diag *diag);
+/* passes/infer_layouts.c -- sets Layout on every fragment and PARALLEL;
+ * guarantees KSTATE_LAYOUTS. */
+bool pass_infer_layouts(Kernel *k, Diag *diag);
+/* passes/lower_parallel.c -- requires KSTATE_LAYOUTS.  PARALLEL loops and
+ * REDUCE become per-thread code; fragments become LOCAL arrays; guarantees
+ * KSTATE_THREAD. */
+bool pass_lower_parallel(Kernel *k, Diag *diag);
+/* passes/simplify.c -- constant folding and index simplification using
+ * Facts; may run at any level. */
+bool pass_simplify(Kernel *k, Diag *diag);
+/* passes/vectorize.c -- requires KSTATE_THREAD.  VECTORIZED loops become
+ * lane-wide expressions: contiguous, provably aligned accesses become one
+ * vector load/store (up to IR_VECTOR_BYTES), lane-invariant ones a
+ * broadcast, the rest are scalarised; guarantees KSTATE_VECTOR. */
+bool pass_vectorize(Kernel *k, Diag *diag);
+/* passes/plan_shared.c -- requires KSTATE_THREAD.  Gives every shared
+ * buffer an offset, pitch and swizzle (chosen by simulating the first
+ * warp's accesses for bank conflicts); guarantees KSTATE_SHARED. */
+bool pass_plan_shared(Kernel *k, Diag *diag);
+/* passes/insert_barriers.c -- requires KSTATE_THREAD.  Inserts bar.sync
+ * between a write and a later read (or a read and a later write) of a
+ * shared buffer by different threads, including around loop back edges. */
+bool pass_insert_barriers(Kernel *k, Diag *diag);
+
+/* ===================================================================== */
+/* pipeline.c                                                             */
+/* ===================================================================== */
+
+typedef struct PipelineOptions {
+    const char *dump_after; /* pass name, "all", or NULL */
+    FILE *dump_out;
+} PipelineOptions;
+/* Runs every pass over every kernel with the verifier between stages. */
+bool pipeline_run(Module *m, Diag *diag, const PipelineOptions *opts);
+
+/* ===================================================================== */
+/* codegen_llvm.c / ptx.c / emit_header.c                                 */
+/* ===================================================================== */
+
+/* Builds one LLVM module holding every kernel of m (thread level, vector
+ * level, shared planned), links libdevice where needed and runs O3.
+ * Returns LLVM IR text or PTX text (malloc'd) or NULL after diag. */
+typedef enum { CODEGEN_LLVM_IR, CODEGEN_PTX } CodegenOutput;
+char *codegen_module(Module *m, Diag *diag, CodegenOutput what);
+/* Runs ptxas -arch=<arch> (whole program) over ptx; returns malloc'd
+ * cubin bytes and size, or NULL after diag. */
+unsigned char *ptx_to_cubin(const char *ptx, const char *arch, Diag *diag,
+                            size_t *size);
+/* Writes the C header of the launchers (see docs/architecture.md). */
+void emit_header(FILE *out, const Module *m, const char *guard);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * tk_internal.h -- what libtk's sources, the generated launchers
+ * (tk_kernels.h from `tkc --emit=header`), the tests and tkbench share but
+ * applications never see.
+ *
+ * The CUDA driver is reached only through dlopen("libcuda.so.1"), so that
+ * a machine without a driver gets TK_ERROR_NO_DEVICE instead of a loader
+ * failure.  tk__driver() loads it once (thread-safe), calls cuInit, and
+ * makes the primary context of the current device (device 0 if none is
+ * current) current on the calling thread.
+ */
+#ifndef TK_INTERNAL_H
+#define TK_INTERNAL_H
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "tk.h"
+
+#if defined(__GNUC__)
+#define TK_INTERNAL __attribute__((visibility("default")))
+#else
+#define TK_INTERNAL
+#endif
+
+/* The driver entry points libtk, the tests and tkbench use. */
+typedef struct tk__driver_api {
+    CUresult (*cuInit)(unsigned int);
+    CUresult (*cuDriverGetVersion)(int *);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+    CUresult (*cuFuncGetAttribute)(int *, CUfunction_attribute, CUfunction);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
+                               unsigned, unsigned, unsigned, unsigned,
+                               CUstream, void **, void **);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuGetErrorString)(CUresult, const char **);
+} tk__driver_api;
+
+/* Loads the driver (once) and makes a context current; on failure returns
+ * TK_ERROR_NO_DEVICE or TK_ERROR_DRIVER with tk_last_error() set. */
+TK_INTERNAL tk_status tk__driver(const tk__driver_api **api);
+
+/* Records a message for tk_last_error() on this thread and returns
+ * status.  Never prints. */
+TK_INTERNAL tk_status tk__fail(tk_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+TK_INTERNAL const char *tk__dtype_name(tk_dtype dtype);
+
+/* Launches the kernel `name` of the embedded cubin (the module is loaded
+ * lazily, once per context; functions are cached).  shared_bytes is the
+ * dynamic shared memory size; above 48 KiB the function's limit is raised
+ * first.  Driver errors become TK_ERROR_DRIVER / TK_ERROR_LAUNCH. */
+TK_INTERNAL tk_status tk__launch(const char *name, const uint32_t grid[3],
+                                 uint32_t threads, uint32_t shared_bytes,
+                                 void **params, tk_stream stream);
+
+/* The embedded cubin (tk_cubin.c, generated from kernels.tk at build). */
+extern const unsigned char tk__cubin[];
+extern const size_t tk__cubin_size;
+
+/* Integer helpers for launcher expressions: TileLang semantics (floor
+ * division and modulo).  Divisor 0 yields 0 (the launcher checks
+ * divisors of user values before using them). */
+static inline int64_t tk__floordiv(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t tk__floormod(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    int64_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int64_t tk__ceildiv(int64_t a, int64_t b) {
+    return -tk__floordiv(-a, b);
+}
+static inline int64_t tk__min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t tk__max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+#endif
