@@ -237,8 +237,15 @@ struct Expr {
         int64_t int_value;
         double float_value;
         Var *var;
-        struct { Buffer *buffer; Expr **indices; Expr *predicate; } load;
-        /* predicate: NULL or a bool expr; false lanes read 0 (masking) */
+        struct { Buffer *buffer; Expr **indices; Expr *predicate;
+                 int align_bytes; } load;
+        /* predicate: NULL or a bool expr (lanes wide, or a BROADCAST of
+         * a scalar when uniform); false lanes read 0 (masking).
+         * Vector form (lanes > 1): the last index is a RAMP(base, 1, lanes)
+         * for a contiguous access, or any lanes-wide expr for a gather;
+         * other indices are lanes wide too (usually BROADCAST).
+         * align_bytes: alignment of the first lane's address proven by
+         * vectorize (0 = natural element alignment). */
         struct { UnOp op; Expr *operand; } unary;
         struct { BinOp op; Expr *lhs, *rhs; } binary;
         struct { Expr *cond, *then_value, *else_value; } select;
@@ -318,13 +325,23 @@ struct Buffer {
     int param_index;            /* GLOBAL: index in Kernel.params */
     Layout *layout;             /* FRAGMENT: set by infer_layouts */
     /* SHARED, set by plan_shared: byte offset in the block's shared
-     * array, row pitch in elements (>= shape[rank-1]; padding) and the
-     * XOR swizzle: the 16-byte chunk index within each 128-byte segment of
-     * a row is XORed with ((row >> swizzle_shift) & 7) when swizzle_shift
-     * >= 0; -1 means no swizzle. */
+     * array, row pitch in elements (>= shape[rank-1]; padding; keeps every
+     * row 16-byte aligned when a row is at least 16 bytes) and the XOR
+     * swizzle.  Element [i0, .., in-1] lives at linear byte offset
+     *   off = ((i0*shape[1] + ..)*pitch + in-1) * element_bytes
+     * (leading dims flattened into the row index), and, when
+     * swizzle_shift >= 0, at physical offset
+     *   off ^ (((off >> (7 + swizzle_shift)) & 7) << 4)
+     * i.e. bits 4..6 (the 16-byte chunk within a 128-byte line) are XORed
+     * with three higher bits.  A 16-byte aligned vector of <= 16 bytes thus
+     * stays contiguous.  -1 means no swizzle. */
     int64_t shared_offset;
     int64_t pitch;
     int swizzle_shift;
+    const char *plan_note;      /* SHARED: plan_shared's choice and the
+                                   simulated wavefronts of every access,
+                                   for dumps (ir_print may show it as a
+                                   comment); NULL before plan_shared */
     bool read_only;             /* GLOBAL: never stored to (ld.global.nc) */
     Loc loc;
 };
@@ -407,9 +424,8 @@ struct Stmt {
                                                        for a mutable var */
         struct { Var *var; Expr *value; } assign;
         struct { Buffer *buffer; Expr **indices; Expr *value;
-                 Expr *predicate; } store;           /* predicate: NULL or
-                                                       bool; false lanes
-                                                       skip the store */
+                 Expr *predicate; int align_bytes; } store;
+                 /* as for EXPR_LOAD; false lanes skip the store */
         struct { Buffer *buffer; } alloc;
         struct { Var *var; Expr *begin, *end; int64_t step; LoopKind kind;
                  Stmt *body; } loop;                 /* end exclusive */
@@ -473,6 +489,9 @@ typedef struct Kernel {
     Stmt *body;
     int64_t shared_bytes;    /* set by plan_shared */
     int nvars;               /* next Var.id */
+    PtrVec vars;             /* every Var, indexed by Var.id (ir_new_var) */
+    PtrVec buffers;          /* every Buffer, in creation order */
+    struct NameTable *names; /* ir.c: taken Var/Buffer names (private) */
     unsigned state;          /* KSTATE_* */
     Arena *arena;            /* the module's arena */
     Loc loc;
@@ -497,15 +516,27 @@ Expr *ir_binary(Kernel *k, BinOp op, Expr *a, Expr *b);
 Expr *ir_select(Kernel *k, Expr *cond, Expr *a, Expr *b);
 Expr *ir_cast(Kernel *k, CastKind kind, DType t, Expr *value);
 Expr *ir_call(Kernel *k, Intrinsic op, DType t, Expr **args, int nargs);
+/* The natural result dtype of an intrinsic call: i32 for the index
+ * intrinsics and popcount, u16 for f16_rz_bits, u8 for e2m1_bits, bool for
+ * isfinite, else the first argument's dtype.  The textual IR writes a
+ * call's dtype only when it differs from this. */
+DType ir_call_default_dtype(Intrinsic op, Expr *const *args, int nargs);
 Expr *ir_ramp(Kernel *k, Expr *base, int64_t stride, int lanes);
 Expr *ir_broadcast(Kernel *k, Expr *value, int lanes);
 Expr *ir_copy_expr(Kernel *k, const Expr *e); /* deep copy */
 
+/* ir_new_var and ir_new_buffer copy the name and make it unique within
+ * the kernel by appending ".1", ".2", ... when it is already taken (so
+ * clones print and parse back as distinct names).  A new Buffer has
+ * param_index -1, shared_offset -1 (not planned), pitch 0 and
+ * swizzle_shift -1; shape/strides are for the caller to fill. */
 Var *ir_new_var(Kernel *k, const char *name, DType t, VarKind kind);
 Buffer *ir_new_buffer(Kernel *k, const char *name, DType t, Scope scope,
                       int rank);
 
 Stmt *ir_new_stmt(Kernel *k, StmtKind kind, Loc loc);
+/* ir_seq copies items into an array of power-of-two capacity, which
+ * ir_seq_append relies on: build SEQs through these two, not by hand. */
 Stmt *ir_seq(Kernel *k, Stmt **items, int count);
 void ir_seq_append(Kernel *k, Stmt *seq, Stmt *item);
 Stmt *ir_copy_stmt(Kernel *k, const Stmt *s); /* deep copy; Vars bound
@@ -579,6 +610,36 @@ bool facts_bounds(Facts *f, const Expr *e, int64_t *lo, int64_t *hi);
 /* Evaluates an integer expression whose variables are all bound. */
 bool ir_eval_int(const Expr *e, const Var **vars, const int64_t *values,
                  int nvars, int64_t *out);
+/* Facts about vars created after facts_new (facts_new itself registers
+ * every LET and FOR of the body): a LET value, a FOR range, an interval. */
+void facts_add_let(Facts *f, const Var *var, const Expr *value);
+void facts_add_loop(Facts *f, const Var *var, const Expr *begin,
+                    const Expr *end, int64_t step);
+void facts_add_range(Facts *f, const Var *var, int64_t lo, int64_t hi);
+/* As ir_eval_int, with thread_idx bound to `thread` (lane_idx, warp_idx
+ * derived) and block_idx_* to 0; thread < 0 leaves them unknown. */
+bool ir_eval_int_thread(const Expr *e, const Var **vars,
+                        const int64_t *values, int nvars, int64_t thread,
+                        int64_t *out);
+/* value wrapped to the width and signedness of integer type t */
+int64_t ir_int_wrap(DType t, int64_t value);
+/* The shared-memory formula of struct Buffer: linear byte offset of
+ * element [row, col] (leading dims flattened into row), the XOR swizzle
+ * of a linear offset, and the physical address shared_offset +
+ * swizzle(linear). */
+int64_t ir_shared_linear_offset(const Buffer *b, int64_t row, int64_t col);
+int64_t ir_shared_swizzle(int64_t offset, int swizzle_shift);
+int64_t ir_shared_address(const Buffer *b, int64_t row, int64_t col);
+/* Wavefronts one warp-wide shared access costs: addresses[32] per thread
+ * (lane 0 of each thread's vector), active[32] (NULL = all), access_bytes
+ * per thread (4-byte banks; 8-byte accesses per half warp, 16-byte per
+ * quarter warp; same word = broadcast). */
+int ir_shared_wavefronts(const int64_t *addresses, const bool *active,
+                         int access_bytes);
+/* Lanes vectorize gives this FOR: the extent of a VECTORIZED loop, or of
+ * an innermost copy-like UNROLL loop (a straight-line body with a
+ * unit-stride global/shared access); 0 when it stays scalar. */
+int ir_loop_vector_lanes(const Stmt *loop);
 
 /* ===================================================================== */
 /* passes/ : one file per pass.  Each returns false after reporting a
@@ -627,6 +688,10 @@ typedef struct PipelineOptions {
 } PipelineOptions;
 /* Runs every pass over every kernel with the verifier between stages. */
 bool pipeline_run(Module *m, Diag *diag, const PipelineOptions *opts);
+/* Passes by name ("lower_tile_ops", ...) for --dump-after and the pass
+ * golden tests; NULL if unknown.  The names are the pass_* suffixes. */
+typedef bool (*PassFn)(Kernel *k, Diag *diag);
+PassFn pipeline_find_pass(const char *name);
 
 /* ===================================================================== */
 /* codegen_llvm.c / ptx.c / emit_header.c                                 */

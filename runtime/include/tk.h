@@ -24,6 +24,13 @@
 extern "C" {
 #endif
 
+/* Exported from libtk.so (built with hidden visibility by default). */
+#if defined(__GNUC__)
+#define TK_API __attribute__((visibility("default")))
+#else
+#define TK_API
+#endif
+
 /* Opaque so that tk.h does not require cuda.h; pass a CUstream. */
 typedef struct CUstream_st *tk_stream;
 
@@ -56,16 +63,16 @@ typedef struct tk_tensor {
 } tk_tensor;
 
 /* Human-readable name of a status. */
-const char *tk_status_string(tk_status status);
+TK_API const char *tk_status_string(tk_status status);
 /* Message of the last failed call on this thread ("" if none). */
-const char *tk_last_error(void);
+TK_API const char *tk_last_error(void);
 /* Bytes per element (0 for TK_VOID; E2M1 reports 1: packed pairs). */
-size_t tk_dtype_size(tk_dtype dtype);
+TK_API size_t tk_dtype_size(tk_dtype dtype);
 /* TK_SUCCESS if a CUDA device is usable; loads nothing else. */
-tk_status tk_device_check(void);
+TK_API tk_status tk_device_check(void);
 
 /* Convenience: a contiguous descriptor. */
-tk_tensor tk_tensor_contiguous(void *data, tk_dtype dtype, int rank,
+TK_API tk_tensor tk_tensor_contiguous(void *data, tk_dtype dtype, int rank,
                                const int64_t *shape);
 
 /* Scale-factor layouts of tilekernels-spec.md section 3.5. */
@@ -80,7 +87,7 @@ typedef enum tk_sf_layout {
 /* Fills *desc (data NULL) with the dtype, shape and strides of the SF
  * tensor for a (rows, cols) matrix cut into (block_m, block_k) blocks,
  * and *bytes with the allocation it needs (padding included). */
-tk_status tk_sf_desc(int64_t rows, int64_t cols, int block_m, int block_k,
+TK_API tk_status tk_sf_desc(int64_t rows, int64_t cols, int block_m, int block_k,
                      tk_sf_layout layout, tk_tensor *desc, size_t *bytes);
 
 /* ---- transpose (tilekernels-spec.md section 7) ----------------------- */
@@ -88,10 +95,10 @@ tk_status tk_sf_desc(int64_t rows, int64_t cols, int block_m, int block_k,
 /* out[b, j, i] = x[b, i, j].  x (B, X, Y) of f32, bf16 or e4m3 with
  * X % 64 == 0, Y % 64 == 0, stride[2] == 1, stride[1] % 4 == 0 and
  * stride[0] == X * stride[1]; out (B, Y, X) contiguous, same dtype. */
-tk_status tk_batched_transpose(const tk_tensor *x, const tk_tensor *out,
+TK_API tk_status tk_batched_transpose(const tk_tensor *x, const tk_tensor *out,
                                tk_stream stream);
 /* 2-D form: x (X, Y) with a row stride >= Y, out (Y, X) contiguous. */
-tk_status tk_transpose(const tk_tensor *x, const tk_tensor *out,
+TK_API tk_status tk_transpose(const tk_tensor *x, const tk_tensor *out,
                        tk_stream stream);
 
 /* ---- casts (tilekernels-spec.md section 6) --------------------------- */
@@ -102,7 +109,7 @@ tk_status tk_transpose(const tk_tensor *x, const tk_tensor *out,
  * out (T, H) e4m3 contiguous; out_sf as tk_sf_desc(T, H, 1,
  * num_per_channels, sf_layout) describes.  TK_SF_PACKED_UE8M0 requires
  * round_sf. */
-tk_status tk_per_token_cast(const tk_tensor *x, int num_per_channels,
+TK_API tk_status tk_per_token_cast(const tk_tensor *x, int num_per_channels,
                             bool round_sf, tk_sf_layout sf_layout,
                             const tk_tensor *out, const tk_tensor *out_sf,
                             tk_stream stream);
@@ -110,10 +117,10 @@ tk_status tk_per_token_cast(const tk_tensor *x, int num_per_channels,
 /* out = to_dtype(f32(x) * sf) with x (T, H) e4m3, H % 64 == 0, sf in any
  * layout of tk_sf_layout for (block_m, block_k) blocks (layout read from
  * its dtype and strides), out (T, H) bf16 or f32 contiguous. */
-tk_status tk_cast_back(const tk_tensor *x, const tk_tensor *sf, int block_m,
+TK_API tk_status tk_cast_back(const tk_tensor *x, const tk_tensor *sf, int block_m,
                        int block_k, const tk_tensor *out, tk_stream stream);
 /* cast_back with (1, num_per_channels) blocks. */
-tk_status tk_per_token_cast_back(const tk_tensor *x, const tk_tensor *sf,
+TK_API tk_status tk_per_token_cast_back(const tk_tensor *x, const tk_tensor *sf,
                                  int num_per_channels, const tk_tensor *out,
                                  tk_stream stream);
 

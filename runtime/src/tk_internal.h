@@ -13,6 +13,7 @@
 #define TK_INTERNAL_H
 
 #include <cuda.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tk.h"
@@ -76,6 +77,56 @@ TK_INTERNAL const char *tk__dtype_name(tk_dtype dtype);
 TK_INTERNAL tk_status tk__launch(const char *name, const uint32_t grid[3],
                                  uint32_t threads, uint32_t shared_bytes,
                                  void **params, tk_stream stream);
+
+/* Records tk__fail(status, "<fmt>: <driver's error string> (CUresult N)"):
+ * the common shape of every driver failure message. */
+TK_INTERNAL tk_status tk__cuda_fail(tk_status status, CUresult result,
+                                    const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- descriptor checks shared by api_*.c (tensor.c) -------------------
+ * `function` and `argument` name the public function and its parameter in
+ * the message, e.g. "tk_transpose: out: shape[0] is 7, expected 128". */
+
+/* NULL descriptor, rank, negative shape or stride entries. */
+TK_INTERNAL tk_status tk__check_tensor(const char *function,
+                                       const char *argument,
+                                       const tk_tensor *tensor, int rank);
+/* dtype is one of allowed[0..count). */
+TK_INTERNAL tk_status tk__check_dtype(const char *function,
+                                      const char *argument,
+                                      const tk_tensor *tensor,
+                                      const tk_dtype *allowed, int count);
+/* shape[dim] == expected; `meaning` says where expected comes from. */
+TK_INTERNAL tk_status tk__check_dim(const char *function,
+                                    const char *argument,
+                                    const tk_tensor *tensor, int dim,
+                                    int64_t expected, const char *meaning);
+/* Row-major contiguous (a dimension of size 1 may have any stride). */
+TK_INTERNAL tk_status tk__check_contiguous(const char *function,
+                                           const char *argument,
+                                           const tk_tensor *tensor);
+/* The memory side, checked last: data non-NULL unless the tensor is
+ * empty, 16-byte aligned (the kernels use 16-byte vector accesses), and
+ * every dimension and the largest element offset within int32 (the
+ * kernels index with 32-bit integers). */
+TK_INTERNAL tk_status tk__check_storage(const char *function,
+                                        const char *argument,
+                                        const tk_tensor *tensor);
+/* True if some dimension is 0. */
+TK_INTERNAL bool tk__tensor_empty(const tk_tensor *tensor);
+/* Shape and strides of an SF layout (tk_sf_desc without the messages);
+ * false if an argument is out of range or a size overflows. */
+TK_INTERNAL bool tk__sf_layout(int64_t rows, int64_t cols, int64_t block_m,
+                               int64_t block_k, tk_sf_layout layout,
+                               tk_tensor *desc, size_t *bytes);
+
+/* Name of the kernel instance the last tk_* call on this thread picked
+ * ("per_token_cast__bf16_128_round"), "" if it picked none.  Set before
+ * the launcher runs, so it is meaningful even when the launch fails for
+ * want of a device: the tests check instance selection with it. */
+TK_INTERNAL const char *tk__last_instance(void);
+TK_INTERNAL void tk__set_last_instance(const char *name);
 
 /* The embedded cubin (tk_cubin.c, generated from kernels.tk at build). */
 extern const unsigned char tk__cubin[];

@@ -1,0 +1,557 @@
+/*
+ * tkbench.c -- times every kernel libtk ships at TileKernels' benchmark
+ * shapes and reports achieved bandwidth against the device's own
+ * device-to-device copy rate.
+ *
+ * Method (docs/perf.md): the copy rate is measured in the same run
+ * (cuMemcpyDtoD of a 4 GiB buffer, bytes = 2 x size, median of 20).  Each
+ * kernel is launched once to warm up, its output checked bit-exactly
+ * against the CPU reference (a fast wrong kernel must not pass), then
+ * timed --iters times (default 100) with CUDA events around each launch,
+ * the L2 flushed before each one by a cuMemsetD32 over 256 MiB outside
+ * the timed region; the median is reported.  Bytes moved = every input
+ * read once + every output written once (scale factors included, at their
+ * logical size, as TileKernels' count_bytes counts them).
+ *
+ * Usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE]
+ * Exit status: 0 all checks passed, 1 a check or launch failed, 2 no
+ * device or a setup error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "tk.h"
+#include "tk_internal.h"
+
+#define COPY_BYTES ((size_t)4 << 30)  /* the copy-rate buffer: 4 GiB      */
+#define COPY_RUNS 20
+#define FLUSH_BYTES ((size_t)256 << 20) /* > the H200's 60 MB L2           */
+#define DEFAULT_ITERS 100
+#define INPUT_SEED 20240601
+
+typedef enum bench_kind { BENCH_TRANSPOSE, BENCH_PER_TOKEN_CAST, BENCH_CAST_BACK } bench_kind;
+
+/* One benchmark row.  For transposes rows x cols is each batch's input;
+ * for casts (rows, cols) is (tokens, hidden). */
+typedef struct bench {
+    const char *name;
+    bench_kind kind;
+    tk_dtype in_dtype, out_dtype;
+    int64_t batches, rows, cols;
+    bool batched;
+    int block_m, block_k;
+    bool round_sf;
+    tk_sf_layout layout;
+} bench;
+
+/* TileKernels' benchmark shapes (perf-anchors.md); the per_token_cast
+ * with packed UE8M0 scales is the headline. */
+static const bench BENCHES[] = {
+    {"batched_transpose", BENCH_TRANSPOSE, TK_BF16, TK_BF16, 32, 8064, 7168, true, 0, 0, false, 0},
+    {"batched_transpose", BENCH_TRANSPOSE, TK_E4M3, TK_E4M3, 32, 8064, 7168, true, 0, 0, false, 0},
+    {"batched_transpose", BENCH_TRANSPOSE, TK_F32, TK_F32, 8, 8064, 7168, true, 0, 0, false, 0},
+    {"transpose", BENCH_TRANSPOSE, TK_BF16, TK_BF16, 1, 8064, 7168, false, 0, 0, false, 0},
+    {"per_token_cast", BENCH_PER_TOKEN_CAST, TK_BF16, TK_E4M3, 1, 8001, 7168, false, 1, 128,
+     true, TK_SF_PACKED_UE8M0},
+    {"per_token_cast", BENCH_PER_TOKEN_CAST, TK_BF16, TK_E4M3, 1, 8001, 7168, false, 1, 128,
+     false, TK_SF_ROW_MAJOR},
+    {"per_token_cast", BENCH_PER_TOKEN_CAST, TK_BF16, TK_E4M3, 1, 8001, 7168, false, 1, 32,
+     true, TK_SF_PACKED_UE8M0},
+    {"per_token_cast", BENCH_PER_TOKEN_CAST, TK_F32, TK_E4M3, 1, 8001, 7168, false, 1, 128,
+     true, TK_SF_PACKED_UE8M0},
+    {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_BF16, 1, 8001, 7168, false, 1, 128, true,
+     TK_SF_ROW_MAJOR},
+    {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_BF16, 1, 8001, 7168, false, 128, 128, true,
+     TK_SF_ROW_MAJOR},
+    {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_BF16, 1, 8001, 7168, false, 1, 128, true,
+     TK_SF_PACKED_UE8M0},
+    {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_F32, 1, 8001, 7168, false, 1, 128, true,
+     TK_SF_ROW_MAJOR},
+};
+#define NUM_BENCHES (sizeof BENCHES / sizeof BENCHES[0])
+
+typedef struct result {
+    char label[160]; /* kernel shape config, what --filter matches */
+    char shape[48], config[64];
+    double bytes;
+    double median_us, min_us, p20_us, p80_us;
+    double gbs, percent_copy;
+    const char *check; /* "ok", "FAIL", "error" */
+    char detail[200];
+} result;
+
+/* Everything one run needs; passed around instead of globals. */
+typedef struct bench_context {
+    const tk__driver_api *api;
+    CUdeviceptr flush;
+    CUevent start, stop;
+    int iters;
+    double copy_gbs;
+} bench_context;
+
+static const char *dtype_name(tk_dtype dtype) {
+    switch (dtype) {
+    case TK_F32: return "f32";
+    case TK_BF16: return "bf16";
+    case TK_E4M3: return "e4m3";
+    default: return "?";
+    }
+}
+
+static const char *layout_name(tk_sf_layout layout) {
+    switch (layout) {
+    case TK_SF_ROW_MAJOR: return "row f32";
+    case TK_SF_COL_MAJOR: return "col f32";
+    case TK_SF_PACKED_UE8M0: return "packed ue8m0";
+    }
+    return "?";
+}
+
+/* Reports a failed driver call and returns false. */
+static bool cu_ok(const bench_context *ctx, CUresult result, const char *what) {
+    if (result == CUDA_SUCCESS)
+        return true;
+    const char *message = "?";
+    if (ctx->api->cuGetErrorString)
+        ctx->api->cuGetErrorString(result, &message);
+    fprintf(stderr, "tkbench: %s failed: %d (%s)\n", what, (int)result, message);
+    return false;
+}
+#define CU(ctx, call) cu_ok((ctx), (ctx)->api->call, #call)
+
+static int compare_floats(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorted sample -> the value at fraction q (nearest rank). */
+static double quantile(const float *sorted, int count, double q) {
+    int index = (int)(q * (count - 1) + 0.5);
+    return sorted[index];
+}
+
+static void *device_address(CUdeviceptr ptr) { return (void *)(uintptr_t)ptr; }
+
+static tk_tensor tensor_nd(CUdeviceptr data, tk_dtype dtype, int rank, const int64_t *shape,
+                           const int64_t *strides) {
+    tk_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = device_address(data);
+    t.dtype = dtype;
+    t.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        t.shape[i] = shape[i];
+        t.strides[i] = strides[i];
+    }
+    return t;
+}
+
+/* ---- the copy ceiling ------------------------------------------------------ */
+
+static bool measure_copy(bench_context *ctx) {
+    CUdeviceptr source = 0, destination = 0;
+    bool ok = CU(ctx, cuMemAlloc(&source, COPY_BYTES)) &&
+              CU(ctx, cuMemAlloc(&destination, COPY_BYTES)) &&
+              CU(ctx, cuMemsetD32(source, 0x3F800000u, COPY_BYTES / 4)) &&
+              CU(ctx, cuMemcpyDtoD(destination, source, COPY_BYTES)) && /* warm-up */
+              CU(ctx, cuCtxSynchronize());
+    float times[COPY_RUNS];
+    for (int i = 0; ok && i < COPY_RUNS; i++)
+        ok = CU(ctx, cuEventRecord(ctx->start, NULL)) &&
+             CU(ctx, cuMemcpyDtoD(destination, source, COPY_BYTES)) &&
+             CU(ctx, cuEventRecord(ctx->stop, NULL)) &&
+             CU(ctx, cuEventSynchronize(ctx->stop)) &&
+             CU(ctx, cuEventElapsedTime(&times[i], ctx->start, ctx->stop));
+    if (source)
+        ctx->api->cuMemFree(source);
+    if (destination)
+        ctx->api->cuMemFree(destination);
+    if (!ok)
+        return false;
+    qsort(times, COPY_RUNS, sizeof times[0], compare_floats);
+    double median_ms = quantile(times, COPY_RUNS, 0.5);
+    ctx->copy_gbs = 2.0 * (double)COPY_BYTES / (median_ms * 1e-3) / 1e9;
+    printf("device-to-device copy, 4 GiB: %.1f us median of %d, %.0f GB/s (read + write)\n",
+           median_ms * 1e3, COPY_RUNS, ctx->copy_gbs);
+    return true;
+}
+
+/* ---- one benchmark ------------------------------------------------------------ */
+
+/* Device and host buffers of one benchmark; launch() reads them. */
+typedef struct bench_buffers {
+    const bench *b;
+    CUdeviceptr x, sf, out;
+    size_t x_bytes, sf_bytes, out_bytes;
+    void *host_x, *host_sf, *host_out, *host_want;
+    ref_sf_shape sf_shape;
+} bench_buffers;
+
+static tk_status launch(const bench_buffers *buf) {
+    const bench *b = buf->b;
+    if (b->kind == BENCH_TRANSPOSE) {
+        if (b->batched) {
+            int64_t xs[3] = {b->batches, b->rows, b->cols};
+            int64_t xt[3] = {b->rows * b->cols, b->cols, 1};
+            int64_t os[3] = {b->batches, b->cols, b->rows};
+            int64_t ot[3] = {b->rows * b->cols, b->rows, 1};
+            tk_tensor x = tensor_nd(buf->x, b->in_dtype, 3, xs, xt);
+            tk_tensor out = tensor_nd(buf->out, b->out_dtype, 3, os, ot);
+            return tk_batched_transpose(&x, &out, NULL);
+        }
+        int64_t xs[2] = {b->rows, b->cols}, xt[2] = {b->cols, 1};
+        int64_t os[2] = {b->cols, b->rows}, ot[2] = {b->rows, 1};
+        tk_tensor x = tensor_nd(buf->x, b->in_dtype, 2, xs, xt);
+        tk_tensor out = tensor_nd(buf->out, b->out_dtype, 2, os, ot);
+        return tk_transpose(&x, &out, NULL);
+    }
+    int64_t shape[2] = {b->rows, b->cols}, strides[2] = {b->cols, 1};
+    tk_tensor sf;
+    size_t sf_bytes;
+    tk_status status = tk_sf_desc(b->rows, b->cols, b->block_m, b->block_k, b->layout, &sf,
+                                  &sf_bytes);
+    if (status != TK_SUCCESS)
+        return status;
+    sf.data = device_address(buf->sf);
+    tk_tensor x = tensor_nd(buf->x, b->in_dtype, 2, shape, strides);
+    tk_tensor out = tensor_nd(buf->out, b->out_dtype, 2, shape, strides);
+    if (b->kind == BENCH_PER_TOKEN_CAST)
+        return tk_per_token_cast(&x, b->block_k, b->round_sf, b->layout, &out, &sf, NULL);
+    return tk_cast_back(&x, &sf, b->block_m, b->block_k, &out, NULL);
+}
+
+/* Bytes one call moves: inputs read once, outputs written once, scale
+ * factors at their logical size (nbm x nbk f32, or nbm x ceil(nbk/4) i32). */
+static double bytes_moved(const bench_buffers *buf) {
+    const bench *b = buf->b;
+    double elements = (double)b->batches * (double)b->rows * (double)b->cols;
+    double sf = 0;
+    if (b->kind != BENCH_TRANSPOSE)
+        sf = (double)buf->sf_shape.shape[0] * (double)buf->sf_shape.shape[1] * 4.0;
+    return elements * (double)(tk_dtype_size(b->in_dtype) + tk_dtype_size(b->out_dtype)) + sf;
+}
+
+/* Fills the host inputs (and, for cast_back, quantises them first). */
+static bool make_inputs(bench_buffers *buf) {
+    const bench *b = buf->b;
+    int64_t elements = b->batches * b->rows * b->cols;
+    if (b->kind == BENCH_TRANSPOSE) {
+        if (b->in_dtype == TK_E4M3)
+            ref_fill_rand_e4m3(buf->host_x, elements, INPUT_SEED);
+        else
+            ref_fill_rand_float(buf->host_x, b->in_dtype, b->batches * b->rows, b->cols, -10, 10,
+                                INPUT_SEED);
+        return true;
+    }
+    if (b->kind == BENCH_PER_TOKEN_CAST) {
+        ref_fill_rand_float(buf->host_x, b->in_dtype, b->rows, b->cols, -10, 10, INPUT_SEED);
+        return true;
+    }
+    /* cast_back reads what a block cast of random bf16 values produces */
+    uint16_t *source = malloc((size_t)elements * 2);
+    if (!source)
+        return false;
+    ref_fill_rand_float(source, TK_BF16, b->rows, b->cols, -10, 10, INPUT_SEED);
+    memset(buf->host_sf, 0, buf->sf_bytes);
+    bool ok = ref_cast_e4m3(source, TK_BF16, b->rows, b->cols, b->cols, b->block_m, b->block_k,
+                            b->round_sf, b->layout, buf->host_x, buf->host_sf);
+    free(source);
+    return ok;
+}
+
+/* The reference output, into host_want (and, for per_token_cast, the
+ * scales into a second buffer after it). */
+static bool compute_reference(const bench_buffers *buf, void *want_sf) {
+    const bench *b = buf->b;
+    switch (b->kind) {
+    case BENCH_TRANSPOSE:
+        ref_batched_transpose(buf->host_x, buf->host_want, tk_dtype_size(b->in_dtype),
+                              b->batches, b->rows, b->cols, b->cols, b->rows * b->cols);
+        return true;
+    case BENCH_PER_TOKEN_CAST:
+        return ref_per_token_cast_e4m3(buf->host_x, b->in_dtype, b->rows, b->cols, b->cols,
+                                       b->block_k, b->round_sf, b->layout, buf->host_want,
+                                       want_sf);
+    case BENCH_CAST_BACK:
+        return ref_cast_back_e4m3(buf->host_x, b->rows, b->cols, buf->host_sf, b->layout,
+                                  b->block_m, b->block_k, b->out_dtype, buf->host_want);
+    }
+    return false;
+}
+
+/* Downloads the kernel's output and compares it with the reference;
+ * writes a description of the first mismatch into detail. */
+static bool verify(const bench_context *ctx, bench_buffers *buf, char *detail, size_t size) {
+    const bench *b = buf->b;
+    unsigned char *want_sf = NULL, *got_sf = NULL;
+    bool ok = CU(ctx, cuMemcpyDtoH(buf->host_out, buf->out, buf->out_bytes));
+    if (ok && b->kind == BENCH_PER_TOKEN_CAST) {
+        want_sf = calloc(buf->sf_bytes ? buf->sf_bytes : 1, 1);
+        got_sf = malloc(buf->sf_bytes ? buf->sf_bytes : 1);
+        ok = want_sf && got_sf && CU(ctx, cuMemcpyDtoH(got_sf, buf->sf, buf->sf_bytes));
+    }
+    if (ok && !compute_reference(buf, want_sf)) {
+        snprintf(detail, size, "the reference rejected the arguments");
+        ok = false;
+    }
+    if (ok) {
+        size_t first = ref_first_difference(buf->host_out, buf->host_want, buf->out_bytes);
+        if (first != SIZE_MAX) {
+            size_t element_size = tk_dtype_size(b->out_dtype);
+            snprintf(detail, size, "output differs from the reference at element %zu",
+                     first / element_size);
+            ok = false;
+        }
+    }
+    if (ok && want_sf) {
+        /* only the bytes that hold a scale; padding is the kernel's */
+        const ref_sf_shape *shape = &buf->sf_shape;
+        size_t entry = ref_sf_entry_bytes(shape);
+        for (int64_t i = 0; ok && i < shape->nbm; i++)
+            for (int64_t k = 0; ok && k < shape->nbk; k++) {
+                size_t offset = ref_sf_offset(shape, i, k);
+                if (memcmp(got_sf + offset, want_sf + offset, entry) != 0) {
+                    snprintf(detail, size, "scale of block (%ld, %ld) differs", (long)i,
+                             (long)k);
+                    ok = false;
+                }
+            }
+    }
+    free(want_sf);
+    free(got_sf);
+    return ok;
+}
+
+static void describe(const bench *b, result *r) {
+    if (b->kind == BENCH_TRANSPOSE) {
+        if (b->batched)
+            snprintf(r->shape, sizeof r->shape, "%ldx%ldx%ld", (long)b->batches, (long)b->rows,
+                     (long)b->cols);
+        else
+            snprintf(r->shape, sizeof r->shape, "%ldx%ld", (long)b->rows, (long)b->cols);
+        snprintf(r->config, sizeof r->config, "%s", dtype_name(b->in_dtype));
+    } else {
+        snprintf(r->shape, sizeof r->shape, "%ldx%ld", (long)b->rows, (long)b->cols);
+        snprintf(r->config, sizeof r->config, "%s->%s %dx%d %s%s", dtype_name(b->in_dtype),
+                 dtype_name(b->out_dtype), b->block_m, b->block_k, layout_name(b->layout),
+                 b->round_sf ? " round" : "");
+    }
+    snprintf(r->label, sizeof r->label, "%s %s %s", b->name, r->shape, r->config);
+}
+
+static bool alloc_buffers(const bench_context *ctx, bench_buffers *buf) {
+    const bench *b = buf->b;
+    int64_t elements = b->batches * b->rows * b->cols;
+    buf->x_bytes = (size_t)elements * tk_dtype_size(b->in_dtype);
+    buf->out_bytes = (size_t)elements * tk_dtype_size(b->out_dtype);
+    buf->sf_bytes = 0;
+    if (b->kind != BENCH_TRANSPOSE) {
+        if (!ref_sf_shape_of(b->rows, b->cols, b->block_m, b->block_k, b->layout, &buf->sf_shape))
+            return false;
+        buf->sf_bytes = buf->sf_shape.bytes;
+    }
+    buf->host_x = malloc(buf->x_bytes);
+    buf->host_out = malloc(buf->out_bytes);
+    buf->host_want = malloc(buf->out_bytes);
+    buf->host_sf = malloc(buf->sf_bytes ? buf->sf_bytes : 1);
+    if (!buf->host_x || !buf->host_out || !buf->host_want || !buf->host_sf) {
+        fprintf(stderr, "tkbench: out of host memory\n");
+        return false;
+    }
+    return CU(ctx, cuMemAlloc(&buf->x, buf->x_bytes)) &&
+           CU(ctx, cuMemAlloc(&buf->out, buf->out_bytes)) &&
+           CU(ctx, cuMemAlloc(&buf->sf, buf->sf_bytes ? buf->sf_bytes : 4));
+}
+
+static void free_buffers(const bench_context *ctx, bench_buffers *buf) {
+    if (buf->x)
+        ctx->api->cuMemFree(buf->x);
+    if (buf->out)
+        ctx->api->cuMemFree(buf->out);
+    if (buf->sf)
+        ctx->api->cuMemFree(buf->sf);
+    free(buf->host_x);
+    free(buf->host_out);
+    free(buf->host_want);
+    free(buf->host_sf);
+}
+
+/* Runs one benchmark; false means the check or a launch failed. */
+static bool run_bench(bench_context *ctx, const bench *b, result *r) {
+    bench_buffers buf;
+    memset(&buf, 0, sizeof buf);
+    buf.b = b;
+    r->check = "error";
+    r->bytes = 0;
+    r->median_us = r->min_us = r->p20_us = r->p80_us = r->gbs = r->percent_copy = 0;
+    r->detail[0] = 0;
+    bool ok = alloc_buffers(ctx, &buf) && make_inputs(&buf) &&
+              CU(ctx, cuMemcpyHtoD(buf.x, buf.host_x, buf.x_bytes));
+    if (ok && b->kind == BENCH_CAST_BACK)
+        ok = CU(ctx, cuMemcpyHtoD(buf.sf, buf.host_sf, buf.sf_bytes ? buf.sf_bytes : 1));
+    /* poison the outputs so an unwritten element fails the check */
+    if (ok)
+        ok = CU(ctx, cuMemsetD8(buf.out, 0xFF, buf.out_bytes));
+    if (ok && b->kind == BENCH_PER_TOKEN_CAST)
+        ok = CU(ctx, cuMemsetD8(buf.sf, 0xFF, buf.sf_bytes ? buf.sf_bytes : 4));
+    if (!ok) {
+        snprintf(r->detail, sizeof r->detail, "setup failed");
+        free_buffers(ctx, &buf);
+        return false;
+    }
+    r->bytes = bytes_moved(&buf);
+
+    /* warm-up, which is also the launch that gets checked */
+    tk_status status = launch(&buf);
+    if (status != TK_SUCCESS || !CU(ctx, cuCtxSynchronize())) {
+        snprintf(r->detail, sizeof r->detail, "launch: %s: %s", tk_status_string(status),
+                 tk_last_error());
+        free_buffers(ctx, &buf);
+        return false;
+    }
+    bool checked = verify(ctx, &buf, r->detail, sizeof r->detail);
+    r->check = checked ? "ok" : "FAIL";
+
+    float *times = malloc((size_t)ctx->iters * sizeof *times);
+    ok = times != NULL;
+    for (int i = 0; ok && i < ctx->iters; i++) {
+        /* flush L2 outside the timed region: the start event waits for it */
+        ok = CU(ctx, cuMemsetD32(ctx->flush, (unsigned)i, FLUSH_BYTES / 4)) &&
+             CU(ctx, cuEventRecord(ctx->start, NULL));
+        if (ok && (status = launch(&buf)) != TK_SUCCESS) {
+            snprintf(r->detail, sizeof r->detail, "timed launch: %s: %s",
+                     tk_status_string(status), tk_last_error());
+            ok = false;
+        }
+        ok = ok && CU(ctx, cuEventRecord(ctx->stop, NULL)) &&
+             CU(ctx, cuEventSynchronize(ctx->stop)) &&
+             CU(ctx, cuEventElapsedTime(&times[i], ctx->start, ctx->stop));
+    }
+    if (ok) {
+        qsort(times, (size_t)ctx->iters, sizeof *times, compare_floats);
+        r->median_us = quantile(times, ctx->iters, 0.5) * 1e3;
+        r->min_us = times[0] * 1e3;
+        r->p20_us = quantile(times, ctx->iters, 0.2) * 1e3;
+        r->p80_us = quantile(times, ctx->iters, 0.8) * 1e3;
+        r->gbs = r->bytes / (r->median_us * 1e-6) / 1e9;
+        r->percent_copy = ctx->copy_gbs > 0 ? 100.0 * r->gbs / ctx->copy_gbs : 0;
+    } else {
+        r->check = "error";
+    }
+    free(times);
+    free_buffers(ctx, &buf);
+    return ok && checked;
+}
+
+/* ---- driver ------------------------------------------------------------------- */
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE]\n"
+                 "  --filter SUBSTR  run only benchmarks whose label contains SUBSTR\n"
+                 "  --iters N        timed runs per kernel (default %d, at least 1)\n"
+                 "  --csv FILE       also write the results as CSV\n",
+            DEFAULT_ITERS);
+}
+
+static void write_csv(FILE *out, const bench_context *ctx, const result *results,
+                      const bool *selected) {
+    fprintf(out, "kernel,shape,config,bytes,time_us,min_us,p20_us,p80_us,gbs,pct_copy,check\n");
+    fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok\n", 2.0 * (double)COPY_BYTES,
+            2.0 * (double)COPY_BYTES / (ctx->copy_gbs * 1e9) * 1e6, ctx->copy_gbs);
+    for (size_t i = 0; i < NUM_BENCHES; i++) {
+        if (!selected[i])
+            continue;
+        const result *r = &results[i];
+        fprintf(out, "%s,%s,%s,%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s\n", BENCHES[i].name, r->shape,
+                r->config, r->bytes, r->median_us, r->min_us, r->p20_us, r->p80_us, r->gbs,
+                r->percent_copy, r->check);
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *filter = NULL, *csv_path = NULL;
+    bench_context ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.iters = DEFAULT_ITERS;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--filter") && i + 1 < argc) {
+            filter = argv[++i];
+        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+            ctx.iters = atoi(argv[++i]);
+            if (ctx.iters < 1) {
+                fprintf(stderr, "tkbench: --iters needs a positive count\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--csv") && i + 1 < argc) {
+            csv_path = argv[++i];
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (tk_device_check() != TK_SUCCESS || tk__driver(&ctx.api) != TK_SUCCESS) {
+        fprintf(stderr, "tkbench: no usable CUDA device: %s\n", tk_last_error());
+        return 2;
+    }
+    CUdevice device = 0;
+    char name[128] = "?";
+    int sms = 0;
+    if (ctx.api->cuCtxGetDevice && ctx.api->cuCtxGetDevice(&device) == CUDA_SUCCESS) {
+        ctx.api->cuDeviceGetName(name, sizeof name, device);
+        ctx.api->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+    }
+    printf("tkbench: %s, %d SMs; %d timed runs per kernel, L2 flushed before each; "
+           "reference threads %d\n",
+           name, sms, ctx.iters, ref_thread_count());
+    if (!CU(&ctx, cuEventCreate(&ctx.start, CU_EVENT_DEFAULT)) ||
+        !CU(&ctx, cuEventCreate(&ctx.stop, CU_EVENT_DEFAULT)) ||
+        !CU(&ctx, cuMemAlloc(&ctx.flush, FLUSH_BYTES)) || !measure_copy(&ctx))
+        return 2;
+
+    result results[NUM_BENCHES];
+    bool selected[NUM_BENCHES];
+    bool all_ok = true;
+    int ran = 0;
+    for (size_t i = 0; i < NUM_BENCHES; i++) {
+        describe(&BENCHES[i], &results[i]);
+        selected[i] = !filter || strstr(results[i].label, filter);
+        if (!selected[i])
+            continue;
+        fprintf(stderr, "tkbench: %s ...\n", results[i].label);
+        if (!run_bench(&ctx, &BENCHES[i], &results[i]))
+            all_ok = false;
+        ran++;
+    }
+
+    printf("\n%-18s %-14s %-38s %10s %9s %7s  %s\n", "kernel", "shape", "config", "time us",
+           "GB/s", "% copy", "check");
+    for (size_t i = 0; i < NUM_BENCHES; i++) {
+        if (!selected[i])
+            continue;
+        const result *r = &results[i];
+        printf("%-18s %-14s %-38s %10.2f %9.1f %7.1f  %s%s%s\n", BENCHES[i].name, r->shape,
+               r->config, r->median_us, r->gbs, r->percent_copy, r->check,
+               r->detail[0] ? ": " : "", r->detail);
+    }
+    printf("copy ceiling %.0f GB/s; %d kernel(s) run; %s\n", ctx.copy_gbs, ran,
+           all_ok ? "all checks passed" : "SOME CHECKS FAILED");
+
+    if (csv_path) {
+        FILE *csv = fopen(csv_path, "w");
+        if (!csv) {
+            fprintf(stderr, "tkbench: cannot write %s\n", csv_path);
+            return 2;
+        }
+        write_csv(csv, &ctx, results, selected);
+        fclose(csv);
+    }
+    ctx.api->cuMemFree(ctx.flush);
+    ctx.api->cuEventDestroy(ctx.start);
+    ctx.api->cuEventDestroy(ctx.stop);
+    return all_ok ? 0 : 1;
+}

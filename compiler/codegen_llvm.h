@@ -1,0 +1,88 @@
+/*
+ * codegen_llvm.h -- private interface between the codegen_*.c files.
+ *
+ * The LLVM back end is split by topic: codegen_llvm.c owns the module, the
+ * target machine, kernel signatures and statements; codegen_expr.c turns
+ * expressions into LLVM values and does every memory access (addresses,
+ * vector and masked loads and stores); codegen_math.c holds the numerics
+ * of tilekernels-spec.md 2.1/2.2 (expf, conversions to and from the 8-bit
+ * floats, shuffles).  They share one Codegen context per kernel so that two
+ * modules can be compiled in one process; nothing here is global.
+ */
+#ifndef TKC_CODEGEN_LLVM_H
+#define TKC_CODEGEN_LLVM_H
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "ir.h"
+
+/* Address space numbers of the NVPTX back end. */
+#define CG_ADDRSPACE_GLOBAL 1
+#define CG_ADDRSPACE_SHARED 3
+
+/* A buffer that has storage of its own in the function: a LOCAL array
+ * (an alloca) or a tensor parameter (the kernel argument). */
+typedef struct CodegenBuffer {
+    const Buffer *buffer;
+    LLVMValueRef base;
+    LLVMTypeRef array_type; /* LOCAL: [n x T] */
+} CodegenBuffer;
+
+typedef struct Codegen {
+    LLVMContextRef context;
+    LLVMModuleRef module;
+    LLVMBuilderRef builder;
+    Diag *diag;
+    const char *arch;
+    bool failed;               /* a user-facing error was reported */
+
+    /* per kernel */
+    Kernel *kernel;
+    LLVMValueRef function;
+    LLVMBasicBlockRef entry;   /* allocas go here */
+    LLVMBasicBlockRef exit;    /* RETURN branches here */
+    LLVMValueRef shared;       /* the dynamic shared array (addrspace 3) */
+    LLVMValueRef *values;      /* by Var.id: SSA value, or for a mutable
+                                  variable the alloca holding it */
+    int nvalues;
+    CodegenBuffer *buffers;
+    int nbuffers, buffer_capacity;
+} Codegen;
+
+/* codegen_llvm.c */
+LLVMTypeRef cg_scalar_type(Codegen *cg, DType t);    /* value type */
+LLVMTypeRef cg_memory_type(Codegen *cg, DType t);    /* in memory */
+LLVMTypeRef cg_type(Codegen *cg, DType t, int lanes);
+LLVMValueRef cg_call_intrinsic(Codegen *cg, const char *name,
+                               LLVMTypeRef *overloads, int noverloads,
+                               LLVMValueRef *args, int nargs);
+LLVMValueRef cg_var_value(Codegen *cg, const Var *v, Loc loc);
+CodegenBuffer *cg_buffer(Codegen *cg, const Buffer *b);
+LLVMValueRef cg_i32(Codegen *cg, int64_t v);
+/* Starts a new block after the current one (which must be terminated). */
+LLVMBasicBlockRef cg_new_block(Codegen *cg, const char *name);
+void cg_error(Codegen *cg, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* codegen_expr.c */
+LLVMValueRef cg_expr(Codegen *cg, const Expr *e);
+LLVMValueRef cg_splat(Codegen *cg, LLVMValueRef scalar, int lanes);
+/* Converts between the value form and the memory form of a dtype (bool is
+ * i1 in registers and i8 in memory). */
+LLVMValueRef cg_to_memory(Codegen *cg, LLVMValueRef v, DType t);
+LLVMValueRef cg_from_memory(Codegen *cg, LLVMValueRef v, DType t);
+LLVMValueRef cg_load(Codegen *cg, const Expr *e);
+void cg_store(Codegen *cg, const Stmt *s);
+void cg_atomic(Codegen *cg, const Stmt *s);
+
+/* codegen_math.c */
+LLVMValueRef cg_call(Codegen *cg, const Expr *e);
+LLVMValueRef cg_convert(Codegen *cg, LLVMValueRef v, DType from, DType to,
+                        int lanes, Loc loc);
+LLVMValueRef cg_exp(Codegen *cg, LLVMValueRef x);
+/* Applies a scalar f32 -> f32 function lane by lane. */
+LLVMValueRef cg_map_lanes(Codegen *cg, LLVMValueRef v, int lanes,
+                          LLVMValueRef (*fn)(Codegen *, LLVMValueRef));
+
+#endif

@@ -1,0 +1,163 @@
+/*
+ * lower.h -- what the front end's files share: the program being compiled
+ * (every loaded file and its declarations), the scopes of names, and the
+ * typed values that expression lowering passes around.
+ *
+ *   frontend.c   loads the root file and its imports (Program, SourceFile)
+ *   sema.c       module-level checks: declarations, instances, recursion,
+ *                constants
+ *   lower_expr.c names, typing, constant folding and inlining of
+ *                expressions (Value)
+ *   lower_ast.c  one kernel instance -> one IR Kernel (statements)
+ *
+ * Nothing here is global: a Program holds all state of one compilation.
+ */
+#ifndef TKC_LOWER_H
+#define TKC_LOWER_H
+
+#include "ast.h"
+
+typedef struct SourceFile SourceFile;
+
+typedef enum { DECL_CONST, DECL_FN, DECL_KERNEL } DeclKind;
+
+/* A top-level declaration.  Constants are evaluated once, on first use
+ * (state guards against a constant defined through itself). */
+typedef struct Decl {
+    DeclKind kind;
+    const char *name;
+    AstNode *node;
+    SourceFile *file;
+    bool bad;               /* sema found an error: do not lower */
+    int state;              /* CONST: 0 new, 1 evaluating, 2 done, 3 failed */
+    DType const_type;
+    int64_t int_value;
+    double float_value;
+    int visit;              /* FN: recursion check colour */
+} Decl;
+
+struct SourceFile {
+    AstFile *ast;
+    const char *path;       /* as shown in diagnostics (module arena) */
+    const char *key;        /* canonical path, for cycles and diamonds */
+    bool loading;           /* on the import stack right now */
+    PtrVec imports;         /* SourceFile *, directly imported */
+    PtrVec decls;           /* Decl *, declared in this file */
+};
+
+typedef struct Program {
+    Arena *arena;           /* the module's arena: outlives the front end */
+    Arena *scratch;         /* AST and tables, freed by frontend_compile */
+    Diag *diag;
+    const char *const *include_dirs;
+    PtrVec files;           /* SourceFile *, in load order */
+    PtrVec decls;           /* Decl *, every file */
+    PtrVec reported;        /* "file:line:col:msg" keys already reported */
+    Module *module;
+} Program;
+
+/* ---- names ------------------------------------------------------------ */
+
+typedef enum {
+    BIND_CONST,   /* a compile-time constant: value (EXPR_INT / EXPR_FLOAT) */
+    BIND_EXPR,    /* an inlined fn parameter or fn let: value, copied per use */
+    BIND_DTYPE,   /* a template dtype parameter */
+    BIND_VAR,     /* a Var: let, var, loop, block, scalar param, symbol */
+    BIND_BUFFER   /* a Buffer: tensor param, shared, frag, local */
+} BindKind;
+
+/* A typed expression.  `literal` marks a constant that came from literals
+ * only (and template int parameters): its dtype is the default (i32 or
+ * f32) but still adapts to the other operand of a binary operator. */
+typedef struct Value {
+    Expr *expr;             /* NULL: an error was already reported */
+    bool literal;
+} Value;
+
+typedef struct Binding {
+    const char *name;
+    BindKind kind;
+    Loc loc;
+    Value value;
+    DType dtype;
+    Var *var;
+    Buffer *buffer;
+} Binding;
+
+typedef struct NameScope NameScope;
+struct NameScope {
+    NameScope *parent;
+    PtrVec bindings;
+};
+
+/* Lowering state of one kernel instance (or of a fn body checked on its
+ * own, with kernel == a scratch kernel). */
+typedef struct Lower {
+    Program *program;
+    Kernel *kernel;
+    SourceFile *file;       /* file whose globals are visible (changes
+                               while a fn from another file is inlined) */
+    NameScope *scope;
+    const char *kernel_name;/* for the "in instance" note */
+    const char *instance;   /* NULL: kernel without template parameters */
+    Loc instance_loc;
+    bool failed;            /* an error was reported for this instance */
+    bool make_symbols;      /* tensor dims: unknown names become symbols */
+    PtrVec *symbols;        /* Var * of VAR_SYMBOLs, in order */
+    int inline_depth;
+    int parallel_depth;
+    bool in_kernel_lets;    /* only constants may be defined */
+} Lower;
+
+/* ---- frontend.c ------------------------------------------------------- */
+/* Global declaration `name` visible from `file`: its own declarations,
+ * then those of the files it imports directly. */
+Decl *program_lookup(SourceFile *file, const char *name);
+
+/* ---- sema.c ----------------------------------------------------------- */
+/* Declarations and everything checkable without instantiating a kernel.
+ * Marks bad declarations; errors go to diag. */
+void sema_check(Program *program);
+/* Kernels with template parameters and no `instances` are an error; one
+ * without both gets one instance named "default" (NULL list here). */
+
+/* ---- lower_expr.c ----------------------------------------------------- */
+void lower_error(Lower *lower, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void lower_push_scope(Lower *lower);
+void lower_pop_scope(Lower *lower);
+Binding *lower_define(Lower *lower, const char *name, BindKind kind, Loc loc);
+Binding *lower_find(Lower *lower, const char *name);
+bool lower_is_type_name(Lower *lower, const char *name, DType *out);
+bool lower_resolve_type(Lower *lower, const AstNode *type, DType *out);
+
+Value lower_expr(Lower *lower, const AstNode *node);
+Value lower_binary(Lower *lower, BinOp op, Value a, Value b, Loc loc);
+/* The value with dtype `to`: literals adapt (range-checked); any other
+ * mismatch is reported with `what` ("storing f32 into bf16 buffer 'out'
+ * ..." is built by the caller and passed as what == NULL). */
+Value lower_adapt(Lower *lower, Value value, DType to, Loc loc);
+/* A literal takes its default type (i32 / f32), range-checked. */
+Value lower_materialize(Lower *lower, Value value, Loc loc);
+/* Storage-only floats (f16, bf16, fp8) become f32 for arithmetic. */
+Value lower_promote(Lower *lower, Value value);
+/* Integer / bool compile-time constant, or an error naming the
+ * expression ("... must be a compile-time constant"). */
+bool lower_const_int(Lower *lower, const AstNode *node, const char *what,
+                     int64_t *out);
+bool lower_const_bool(Lower *lower, const AstNode *node, const char *what,
+                      bool *out);
+Value lower_int_index(Lower *lower, const AstNode *node);
+Value lower_const_value(Lower *lower, Decl *decl, Loc use);
+/* Checks a fn body on its own, parameters standing for unknown values. */
+void lower_check_fn(Program *program, Decl *decl);
+void lower_check_const(Program *program, Decl *decl);
+const char *lower_expr_text(Lower *lower, const AstNode *node);
+bool lower_is_storage_float(DType t);
+Expr *lower_at(Expr *e, Loc loc);
+
+/* ---- lower_ast.c ------------------------------------------------------ */
+/* Instantiates every instance of a kernel declaration into the module. */
+void lower_kernel(Program *program, Decl *decl);
+
+#endif

@@ -1,0 +1,280 @@
+/*
+ * sema.c -- checks that need no kernel instance.
+ *
+ * Runs once over the whole program after parsing: collects the top-level
+ * declarations (one namespace for the program, so every kernel name, and
+ * thus every PTX entry name, is unique), checks template parameters and
+ * instance lists, the shape of kernel bodies, fn signatures and the fn
+ * call graph (fns are inlined, so recursion cannot be compiled), evaluates
+ * every constant and type-checks every fn body once on its own.
+ *
+ * Everything that depends on template arguments (types of expressions,
+ * constant shapes, ...) is checked per instance by lower_ast.c.  A
+ * declaration found bad here is marked and not lowered, which keeps one
+ * mistake from being reported again by every instance.
+ */
+#include <string.h>
+
+#include "lower.h"
+
+static bool is_dtype_name(const char *name) {
+    DType dtype;
+    return ir_dtype_from_name(name, &dtype);
+}
+
+/* Names that would make the program ambiguous to read. */
+static bool check_name(Program *program, const char *name, Loc loc) {
+    if (is_dtype_name(name)) {
+        diag_error(program->diag, loc,
+                   "'%s' is a type name and cannot be redefined", name);
+        return false;
+    }
+    return true;
+}
+
+static void collect(Program *program) {
+    for (int f = 0; f < program->files.count; f++) {
+        SourceFile *file = program->files.items[f];
+        for (int i = 0; i < file->ast->decls.count; i++) {
+            AstNode *node = file->ast->decls.items[i];
+            DeclKind kind;
+            if (node->kind == AST_CONST) kind = DECL_CONST;
+            else if (node->kind == AST_FN) kind = DECL_FN;
+            else if (node->kind == AST_KERNEL) kind = DECL_KERNEL;
+            else continue;
+            if (!check_name(program, node->name, node->loc)) continue;
+            Decl *previous = NULL;
+            for (int j = 0; j < program->decls.count && !previous; j++) {
+                Decl *other = program->decls.items[j];
+                if (strcmp(other->name, node->name) == 0) previous = other;
+            }
+            if (previous) {
+                diag_error(program->diag, node->loc, "redefinition of '%s'",
+                           node->name);
+                diag_note(program->diag, previous->node->loc,
+                          "previous definition of '%s' is here", node->name);
+                continue;
+            }
+            Decl *decl = arena_alloc(program->scratch, sizeof *decl);
+            decl->kind = kind;
+            decl->name = node->name;
+            decl->node = node;
+            decl->file = file;
+            vec_push(program->scratch, &file->decls, decl);
+            vec_push(program->scratch, &program->decls, decl);
+        }
+    }
+}
+
+static bool check_tparams(Program *program, const AstNode *kernel) {
+    bool ok = true;
+    for (int i = 0; i < ast_count(kernel->list); i++) {
+        const AstNode *tparam = ast_at(kernel->list, i);
+        if (strcmp(tparam->text, "dtype") != 0 &&
+            strcmp(tparam->text, "int") != 0 &&
+            strcmp(tparam->text, "bool") != 0) {
+            diag_error(program->diag, tparam->loc,
+                       "template parameter '%s' must be a dtype, int or "
+                       "bool, not '%s'", tparam->name, tparam->text);
+            ok = false;
+        }
+        if (!check_name(program, tparam->name, tparam->loc)) ok = false;
+        for (int j = 0; j < i; j++) {
+            const AstNode *other = ast_at(kernel->list, j);
+            if (strcmp(other->name, tparam->name) == 0) {
+                diag_error(program->diag, tparam->loc,
+                           "duplicate template parameter '%s'", tparam->name);
+                ok = false;
+            }
+        }
+    }
+    return ok;
+}
+
+static const char *targ_kind_name(int kind) {
+    return kind == TARG_DTYPE ? "a dtype" : kind == TARG_INT ? "an int" : "a bool";
+}
+
+static bool check_instances(Program *program, const AstNode *kernel) {
+    int ntparams = ast_count(kernel->list);
+    if (ntparams > 0 && ast_count(kernel->list4) == 0) {
+        diag_error(program->diag, kernel->loc,
+                   "kernel '%s' has template parameters but no instances",
+                   kernel->name);
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; i < ast_count(kernel->list4); i++) {
+        const AstNode *instance = ast_at(kernel->list4, i);
+        for (int j = 0; j < i; j++) {
+            const AstNode *other = ast_at(kernel->list4, j);
+            if (strcmp(other->name, instance->name) == 0) {
+                diag_error(program->diag, instance->loc,
+                           "duplicate instance '%s' of kernel '%s'",
+                           instance->name, kernel->name);
+                diag_note(program->diag, other->loc,
+                          "previous instance '%s' is here", other->name);
+                ok = false;
+                break;
+            }
+        }
+        int nargs = ast_count(instance->list);
+        if (nargs != ntparams) {
+            diag_error(program->diag, instance->loc,
+                       "instance '%s': kernel '%s' takes %d template "
+                       "argument%s, got %d", instance->name, kernel->name,
+                       ntparams, ntparams == 1 ? "" : "s", nargs);
+            ok = false;
+            continue;
+        }
+        for (int j = 0; j < nargs; j++) {
+            const AstNode *targ = ast_at(instance->list, j);
+            const AstNode *tparam = ast_at(kernel->list, j);
+            int expected = strcmp(tparam->text, "dtype") == 0 ? TARG_DTYPE
+                           : strcmp(tparam->text, "int") == 0 ? TARG_INT
+                                                              : TARG_BOOL;
+            if (targ->op != expected) {
+                diag_error(program->diag, targ->loc,
+                           "instance '%s': template argument %d is %s, "
+                           "expected %s (%s)", instance->name, j + 1,
+                           targ_kind_name(targ->op),
+                           tparam->text, tparam->name);
+                ok = false;
+            } else if (targ->op == TARG_DTYPE && !is_dtype_name(targ->name)) {
+                diag_error(program->diag, targ->loc,
+                           "instance '%s': unknown dtype '%s'", instance->name,
+                           targ->name);
+                ok = false;
+            }
+        }
+    }
+    return ok;
+}
+
+/* Kernel body: compile-time lets, then exactly one launch, last. */
+static bool check_body(Program *program, const AstNode *kernel) {
+    const AstNode *launch = NULL;
+    bool ok = true;
+    for (int i = 0; i < ast_count(kernel->list5); i++) {
+        const AstNode *item = ast_at(kernel->list5, i);
+        if (item->kind == AST_ERROR) continue;
+        if (launch) {
+            diag_error(program->diag, item->loc,
+                       "nothing may follow the launch statement of kernel '%s'",
+                       kernel->name);
+            return false;
+        }
+        if (item->kind == AST_LAUNCH) launch = item;
+    }
+    if (!launch) {
+        diag_error(program->diag, kernel->loc,
+                   "kernel '%s' has no launch statement", kernel->name);
+        return false;
+    }
+    if (strcmp(launch->text, "grid") != 0) {
+        diag_error(program->diag, launch->loc,
+                   "expected 'grid' after 'in', found '%s'", launch->text);
+        ok = false;
+    }
+    if (strcmp(launch->name2, "threads") != 0) {
+        diag_error(program->diag, launch->loc,
+                   "expected 'threads' after the grid, found '%s'",
+                   launch->name2);
+        ok = false;
+    }
+    return ok;
+}
+
+static bool check_type_name(Program *program, const AstNode *type) {
+    if (is_dtype_name(type->name)) return true;
+    diag_error(program->diag, type->loc, "unknown type '%s'", type->name);
+    return false;
+}
+
+static bool check_fn_signature(Program *program, const AstNode *fn) {
+    bool ok = check_type_name(program, fn->type);
+    for (int i = 0; i < ast_count(fn->list); i++) {
+        const AstNode *param = ast_at(fn->list, i);
+        if (!check_type_name(program, param->type)) ok = false;
+        if (!check_name(program, param->name, param->loc)) ok = false;
+        for (int j = 0; j < i; j++) {
+            if (strcmp(ast_at(fn->list, j)->name, param->name) == 0) {
+                diag_error(program->diag, param->loc,
+                           "duplicate parameter '%s'", param->name);
+                ok = false;
+            }
+        }
+    }
+    return ok;
+}
+
+/* ---- recursion ------------------------------------------------------- */
+
+static bool visit_fn(Program *program, Decl *fn);
+
+static bool visit_calls(Program *program, Decl *fn, const AstNode *node) {
+    if (!node) return true;
+    bool ok = true;
+    if (node->kind == AST_CALL) {
+        Decl *callee = program_lookup(fn->file, node->name);
+        if (callee && callee->kind == DECL_FN) {
+            if (callee->visit == 1) {
+                diag_error(program->diag, node->loc,
+                           "recursive call to '%s': fns are inlined, so they "
+                           "cannot call themselves", node->name);
+                return false;
+            }
+            if (!visit_fn(program, callee)) ok = false;
+        }
+    }
+    if (!visit_calls(program, fn, node->a)) ok = false;
+    if (!visit_calls(program, fn, node->b)) ok = false;
+    if (!visit_calls(program, fn, node->c)) ok = false;
+    for (int i = 0; i < ast_count(node->list); i++)
+        if (!visit_calls(program, fn, ast_at(node->list, i))) ok = false;
+    return ok;
+}
+
+/* Depth-first over the call graph: visit 1 = on the path, 2 = done. */
+static bool visit_fn(Program *program, Decl *fn) {
+    if (fn->visit == 2) return !fn->bad;
+    fn->visit = 1;
+    bool ok = true;
+    for (int i = 0; i < ast_count(fn->node->list2); i++)
+        if (!visit_calls(program, fn, ast_at(fn->node->list2, i))) ok = false;
+    if (!visit_calls(program, fn, fn->node->a)) ok = false;
+    fn->visit = 2;
+    if (!ok) fn->bad = true;
+    return ok;
+}
+
+void sema_check(Program *program) {
+    collect(program);
+    for (int i = 0; i < program->decls.count; i++) {
+        Decl *decl = program->decls.items[i];
+        const AstNode *node = decl->node;
+        if (decl->kind == DECL_KERNEL) {
+            bool ok = check_tparams(program, node);
+            if (ok && !check_instances(program, node)) ok = false;
+            if (!check_body(program, node)) ok = false;
+            decl->bad = !ok;
+        } else if (decl->kind == DECL_FN) {
+            decl->bad = !check_fn_signature(program, node);
+        } else if (decl->kind == DECL_CONST) {
+            if (!check_type_name(program, node->type)) decl->bad = true;
+        }
+    }
+    for (int i = 0; i < program->decls.count; i++) {
+        Decl *decl = program->decls.items[i];
+        if (decl->kind == DECL_FN) visit_fn(program, decl);
+    }
+    for (int i = 0; i < program->decls.count; i++) {
+        Decl *decl = program->decls.items[i];
+        if (decl->kind == DECL_CONST && !decl->bad)
+            lower_check_const(program, decl);
+    }
+    for (int i = 0; i < program->decls.count; i++) {
+        Decl *decl = program->decls.items[i];
+        if (decl->kind == DECL_FN && !decl->bad) lower_check_fn(program, decl);
+    }
+}
