@@ -1012,6 +1012,10 @@ typedef struct {
 static bool access_contiguous(CopyScan *scan, const Buffer *b, Expr **indices)
 {
     if (b->scope != SCOPE_GLOBAL && b->scope != SCOPE_SHARED) return false;
+    const Expr *stride = b->strides[b->rank - 1];
+    if (b->scope == SCOPE_GLOBAL && stride &&
+        !(stride->kind == EXPR_INT && stride->u.int_value == 1))
+        return false;
     int64_t c;
     for (int d = 0; d < b->rank - 1; d++)
         if (!affine_coeff(indices[d], scan->var, &scan->lets, &c) || c != 0)

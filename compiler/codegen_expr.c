@@ -388,6 +388,11 @@ static bool contiguous_indices(Codegen *cg, const Access *a, LLVMValueRef *out) 
     const Expr *tail = a->indices[last];
     if (a->lanes <= 1 || tail->kind != EXPR_RAMP || tail->u.ramp.stride != 1)
         return false;
+    /* a unit-stride index is contiguous in memory only with a unit stride */
+    const Expr *stride = a->buffer->strides[last];
+    if (a->buffer->scope == SCOPE_GLOBAL && stride &&
+        !(stride->kind == EXPR_INT && stride->u.int_value == 1))
+        return false;
     for (int d = 0; d < last; d++)
         if (!is_lane_invariant(a->indices[d])) return false;
     for (int d = 0; d <= last; d++) {

@@ -187,23 +187,31 @@ static LLVMValueRef e2m1_value(Codegen *cg, LLVMValueRef bits) {
 /* ---- conversions ------------------------------------------------------- */
 
 /* f32 lanes -> e4m3/e5m2 bytes, two per cvt: cvt(b, a) puts a in the low
- * byte and b in the high one. */
+ * byte and b in the high one, so with an even number of lanes the i16
+ * results, bitcast as a whole vector, are the bytes in lane order (the
+ * target is little-endian). */
 static LLVMValueRef f32_to_fp8(Codegen *cg, LLVMValueRef v, DType to, int lanes) {
     const char *name = to == DT_E4M3 ? "llvm.nvvm.ff.to.e4m3x2.rn"
                                      : "llvm.nvvm.ff.to.e5m2x2.rn";
     LLVMBuilderRef bld = cg->builder;
     LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->context);
-    LLVMValueRef out[IR_MAX_LANES];
+    LLVMValueRef pairs[IR_MAX_LANES / 2 + 1];
+    int npairs = 0;
     for (int i = 0; i < lanes; i += 2) {
         LLVMValueRef low = extract(cg, v, i);
         LLVMValueRef high = i + 1 < lanes ? extract(cg, v, i + 1) : f32_const(cg, 0.0f);
         LLVMValueRef args[2] = {high, low};
-        LLVMValueRef pair = cg_call_intrinsic(cg, name, NULL, 0, args, 2);
+        pairs[npairs++] = cg_call_intrinsic(cg, name, NULL, 0, args, 2);
+    }
+    if (lanes == 1) return LLVMBuildTrunc(bld, pairs[0], i8, "");
+    if (lanes % 2 == 0)
+        return LLVMBuildBitCast(bld, assemble(cg, pairs, npairs),
+                                LLVMVectorType(i8, (unsigned)lanes), "");
+    LLVMValueRef out[IR_MAX_LANES];
+    for (int i = 0; i < lanes; i++) {
+        LLVMValueRef pair = pairs[i / 2];
+        if (i % 2) pair = LLVMBuildLShr(bld, pair, LLVMConstInt(LLVMTypeOf(pair), 8, 0), "");
         out[i] = LLVMBuildTrunc(bld, pair, i8, "");
-        if (i + 1 < lanes)
-            out[i + 1] = LLVMBuildTrunc(
-                bld, LLVMBuildLShr(bld, pair, LLVMConstInt(LLVMTypeOf(pair), 8, 0), ""), i8,
-                "");
     }
     return assemble(cg, out, lanes);
 }
@@ -214,13 +222,22 @@ static LLVMValueRef fp8_to_f32(Codegen *cg, LLVMValueRef v, DType from, int lane
                                        : "llvm.nvvm.e5m2x2.to.f16x2.rn";
     LLVMBuilderRef bld = cg->builder;
     LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->context);
+    /* with an even number of lanes, the byte vector is the pairs' vector */
+    LLVMValueRef words = lanes % 2 == 0 && lanes > 1
+                             ? LLVMBuildBitCast(bld, v, LLVMVectorType(i16, (unsigned)lanes / 2), "")
+                             : NULL;
     LLVMValueRef out[IR_MAX_LANES];
     for (int i = 0; i < lanes; i += 2) {
-        LLVMValueRef pair = LLVMBuildZExt(bld, extract(cg, v, i), i16, "");
-        if (i + 1 < lanes) {
-            LLVMValueRef high = LLVMBuildZExt(bld, extract(cg, v, i + 1), i16, "");
-            pair = LLVMBuildOr(bld, pair,
-                               LLVMBuildShl(bld, high, LLVMConstInt(i16, 8, 0), ""), "");
+        LLVMValueRef pair;
+        if (words) {
+            pair = extract(cg, words, i / 2);
+        } else {
+            pair = LLVMBuildZExt(bld, extract(cg, v, i), i16, "");
+            if (i + 1 < lanes) {
+                LLVMValueRef high = LLVMBuildZExt(bld, extract(cg, v, i + 1), i16, "");
+                pair = LLVMBuildOr(bld, pair,
+                                   LLVMBuildShl(bld, high, LLVMConstInt(i16, 8, 0), ""), "");
+            }
         }
         LLVMValueRef halves = cg_call_intrinsic(cg, name, NULL, 0, &pair, 1);
         for (int h = 0; h < 2 && i + h < lanes; h++)

@@ -550,13 +550,19 @@ static void emit_definition(FILE *out, const Kernel *k) {
     /* 5. the grid */
     fputs("    int64_t tkl_grid[3];\n", out);
     for (int d = 0; d < 3; d++) {
+        const Expr *g = k->grid[d];
+        if (!g || g->kind == EXPR_INT) {
+            if (g && g->u.int_value < 0) ice("kernel %s: negative grid", k->name);
+            fprintf(out, "    tkl_grid[%d] = %lld;\n", d, g ? (long long)g->u.int_value : 1LL);
+            continue;
+        }
         fprintf(out, "    tkl_bad = 0;\n    tkl_grid[%d] = ", d);
-        if (k->grid[d]) c_expr(out, k->grid[d]);
-        else fputs("1", out);
+        c_expr(out, g);
         fprintf(out, ";\n    if (tkl_bad || tkl_grid[%d] < 0)\n"
                      "        return tk__fail(TK_ERROR_INVALID_ARGUMENT, \"", d);
         put_format_text(out, label);
-        fprintf(out, ": grid dimension %d cannot be computed (%%lld)\", (long long)tkl_grid[%d]);\n", d, d);
+        fprintf(out, ": grid dimension %d is %%s\", tkl_bad ? \"not computable (division by zero "
+                     "or overflow)\" : \"negative\");\n", d);
     }
     fputs("    if (tkl_grid[0] == 0 || tkl_grid[1] == 0 || tkl_grid[2] == 0) return TK_SUCCESS;\n"
           "    if (tkl_grid[0] > INT32_MAX || tkl_grid[1] > 65535 || tkl_grid[2] > 65535)\n"

@@ -242,7 +242,9 @@ struct Expr {
         /* predicate: NULL or a bool expr (lanes wide, or a BROADCAST of
          * a scalar when uniform); false lanes read 0 (masking).
          * Vector form (lanes > 1): the last index is a RAMP(base, 1, lanes)
-         * for a contiguous access, or any lanes-wide expr for a gather;
+         * for a contiguous access (contiguous in memory only when the
+         * buffer's last stride is 1: a global with a run-time last stride
+         * is gathered per lane), or any lanes-wide expr for a gather;
          * other indices are lanes wide too (usually BROADCAST).
          * align_bytes: alignment of the first lane's address proven by
          * vectorize (0 = natural element alignment). */

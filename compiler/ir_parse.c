@@ -224,7 +224,7 @@ static void tokenize(Parser *p)
             c++;
             continue;
         }
-        if (*c == '#') {
+        if (*c == '#' || (c[0] == '/' && c[1] == '/')) { /* comment */
             while (*c && *c != '\n')
                 c++;
             continue;
@@ -697,12 +697,12 @@ static Parsed parse_literal(Parser *p, bool negative, Token *token)
     Kernel *k = p->kernel;
     Parsed result = {NULL, true};
     if (token->kind == TOKEN_INT) {
+        /* values are 64-bit two's complement: 18446744073709551615 is -1
+         * (the u64 maximum prints back as -1) */
         uint64_t magnitude = token->int_value;
-        if (magnitude > (uint64_t)INT64_MAX + (negative ? 1u : 0u))
+        if (negative && magnitude > (uint64_t)INT64_MAX + 1u)
             parse_error(p, token->loc, "integer literal out of range");
-        int64_t value = !negative ? (int64_t)magnitude
-                        : magnitude == (uint64_t)INT64_MAX + 1u ? INT64_MIN
-                                                                : -(int64_t)magnitude;
+        int64_t value = (int64_t)(negative ? 0u - magnitude : magnitude);
         result.expr = ir_int(k, DT_I32, value);
     } else if (token->kind == TOKEN_FLOAT) {
         result.expr = ir_float(k, DT_F32, negative ? -token->float_value : token->float_value);

@@ -274,8 +274,12 @@ static void check_call(Verifier *v, const Expr *e)
     switch (op) {
     case INTR_EXP: case INTR_EXP2: case INTR_RSQRT: case INTR_SQRT: case INTR_SIGMOID:
     case INTR_FMA:
+        if (!is_arith_float(e->dtype)) {
+            report(v, e->loc, "%s gives %s, not a float", name, dname(e->dtype));
+            break;
+        }
         for (int i = 0; i < e->u.call.nargs; i++)
-            if (args[i]->dtype != e->dtype || !is_arith_float(e->dtype))
+            if (args[i]->dtype != e->dtype)
                 report(v, e->loc, "%s: argument %d has dtype %s, the call %s", name, i,
                        dname(args[i]->dtype), dname(e->dtype));
         break;
@@ -554,7 +558,9 @@ static void check_alloc(Verifier *v, Buffer *b, Loc loc)
         if (!is_positive_int(b->shape[i]))
             report(v, loc, "@%s: dimension %d is not a positive constant", buffer_name(b), i);
     unsigned state = v->k->state;
-    if (b->scope == SCOPE_FRAGMENT && (state & KSTATE_LAYOUTS) && !b->layout)
+    if (b->scope == SCOPE_FRAGMENT && (state & KSTATE_THREAD))
+        report(v, loc, "fragment @%s remains at thread level", buffer_name(b));
+    else if (b->scope == SCOPE_FRAGMENT && (state & KSTATE_LAYOUTS) && !b->layout)
         report(v, loc, "fragment @%s has no layout", buffer_name(b));
     if (b->layout)
         check_layout(v, b->layout, loc);

@@ -465,9 +465,14 @@ void ast_dump_expr(FILE *out, const AstNode *e) {
     case AST_INT:
         fprintf(out, "%lld%s", (long long)e->int_value, e->flag ? "u" : "");
         break;
-    case AST_FLOAT:
-        fprintf(out, "%.17g%s", e->float_value, e->flag ? "f" : "");
+    case AST_FLOAT: {
+        char text[64];
+        snprintf(text, sizeof text, "%.17g", e->float_value);
+        /* keep floats recognisable: 1.0 prints as 1.0, not 1 */
+        fprintf(out, "%s%s%s", text, strpbrk(text, ".eEn") ? "" : ".0",
+                e->flag ? "f" : "");
         break;
+    }
     case AST_BOOL: fputs(e->flag ? "true" : "false", out); break;
     case AST_IDENT:
     case AST_TYPE: fputs(e->name, out); break;
@@ -610,11 +615,11 @@ static void dump_stmt(FILE *out, const AstNode *s, int level) {
         dump_body(out, s->b, level);
         if (s->c) {
             indent(out, level);
-            fputs("else\n", out);
-            if (s->c->kind == AST_IF) dump_stmt(out, s->c, level);
-            else {
-                indent(out, level);
-                fputs("block", out);
+            if (s->c->kind == AST_IF) {
+                fputs("else\n", out);
+                dump_stmt(out, s->c, level);
+            } else {
+                fputs("else", out);
                 dump_body(out, s->c, level);
             }
         }

@@ -35,7 +35,8 @@
     X(PARAM, "param")         /* name, type; tensor: list: dims, list2:    */ \
                               /* strides (NULL = contiguous); flag: tensor */ \
     X(WHERE, "where")         /* a: condition, text: its source text       */ \
-    X(INSTANCE, "instance")   /* name, list: template arguments            */ \
+    X(INSTANCE, "instance")   /* name, list: template arguments; flag:     */ \
+                              /* set by sema when the instance is bad      */ \
     X(TARG, "targ")           /* a dtype name (name), an int (int_value)   */ \
                               /* or a bool (flag); op: TARG_*              */ \
     X(TYPE, "type")           /* name: dtype name or template parameter    */ \
@@ -133,6 +134,7 @@ typedef struct ParseCtx {
     int offset;
     int nesting;            /* open ( [ { in the lexer */
     bool depth_reported;    /* "nesting too deep" said once per file */
+    int bad_char_line;      /* last line with a bad-character error */
 } ParseCtx;
 
 /* Location of the bison grammar: line/column for diagnostics and byte

@@ -118,8 +118,6 @@ Decl *program_lookup(SourceFile *file, const char *name);
 /* Declarations and everything checkable without instantiating a kernel.
  * Marks bad declarations; errors go to diag. */
 void sema_check(Program *program);
-/* Kernels with template parameters and no `instances` are an error; one
- * without both gets one instance named "default" (NULL list here). */
 
 /* ---- lower_expr.c ----------------------------------------------------- */
 void lower_error(Lower *lower, Loc loc, const char *fmt, ...)

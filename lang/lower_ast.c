@@ -721,6 +721,11 @@ static void lower_params(Lower *lower, const AstNode *kernel) {
         /* contiguous row-major: stride[d] = shape[d+1] * ... * shape[rank-1] */
         buffer->strides[rank - 1] = lower_at(ir_int(k, DT_I32, 1), node->loc);
         for (int d = rank - 2; d >= 0; d--) {
+            const Expr *inner = buffer->strides[d + 1];
+            if (inner->kind == EXPR_INT && inner->u.int_value == 1) {
+                buffer->strides[d] = ir_copy_expr(k, buffer->shape[d + 1]);
+                continue;
+            }
             Value next = {ir_copy_expr(k, buffer->strides[d + 1]), false};
             Value extent = {ir_copy_expr(k, buffer->shape[d + 1]), false};
             buffer->strides[d] = lower_binary(lower, BIN_MUL, next, extent,
@@ -864,5 +869,6 @@ void lower_kernel(Program *program, Decl *decl) {
         return;
     }
     for (int i = 0; i < ast_count(node->list4); i++)
-        instantiate(program, decl, ast_at(node->list4, i));
+        if (!ast_at(node->list4, i)->flag) /* flag: sema found it bad */
+            instantiate(program, decl, ast_at(node->list4, i));
 }

@@ -82,7 +82,6 @@ static void tk_yyerror(AstSpan *span, void *scanner, ParseCtx *ctx,
 %token SHL "<<" SHR ">>"
 %token ADD_ASSIGN "+=" SUB_ASSIGN "-=" MUL_ASSIGN "*=" DIV_ASSIGN "/="
 %token OR_ASSIGN "|=" AND_ASSIGN "&=" XOR_ASSIGN "^="
-%token BAD_CHAR "invalid character"
 
 %type <node> decl import const fn kernel tparam param where instance targ
 %type <node> type fn_param fn_let kitem launch block stmt if_stmt

@@ -95,6 +95,8 @@ static const char *targ_kind_name(int kind) {
     return kind == TARG_DTYPE ? "a dtype" : kind == TARG_INT ? "an int" : "a bool";
 }
 
+/* A bad instance is marked (flag) and skipped by lower_kernel; the other
+ * instances of the kernel are still compiled and checked. */
 static bool check_instances(Program *program, const AstNode *kernel) {
     int ntparams = ast_count(kernel->list);
     if (ntparams > 0 && ast_count(kernel->list4) == 0) {
@@ -103,9 +105,9 @@ static bool check_instances(Program *program, const AstNode *kernel) {
                    kernel->name);
         return false;
     }
-    bool ok = true;
     for (int i = 0; i < ast_count(kernel->list4); i++) {
-        const AstNode *instance = ast_at(kernel->list4, i);
+        AstNode *instance = ast_at(kernel->list4, i);
+        bool ok = true;
         for (int j = 0; j < i; j++) {
             const AstNode *other = ast_at(kernel->list4, j);
             if (strcmp(other->name, instance->name) == 0) {
@@ -124,7 +126,7 @@ static bool check_instances(Program *program, const AstNode *kernel) {
                        "instance '%s': kernel '%s' takes %d template "
                        "argument%s, got %d", instance->name, kernel->name,
                        ntparams, ntparams == 1 ? "" : "s", nargs);
-            ok = false;
+            instance->flag = true;
             continue;
         }
         for (int j = 0; j < nargs; j++) {
@@ -147,8 +149,9 @@ static bool check_instances(Program *program, const AstNode *kernel) {
                 ok = false;
             }
         }
+        instance->flag = !ok;
     }
-    return ok;
+    return true;
 }
 
 /* Kernel body: compile-time lets, then exactly one launch, last. */

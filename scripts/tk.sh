@@ -128,7 +128,9 @@ main_job() {
     end=$(now_ns)
     compile_ms=$(( (end - start) / 1000000 ))
     cubin_bytes=$(wc -c < "$out/tk_kernels.cubin")
-    kernels=$(grep -c '^tk_status tkl_' "$BUILD/tk_kernels.h" || true)
+    # each launcher is declared, then defined: count distinct names
+    kernels=$(grep -o '^tk_status tkl_[A-Za-z0-9_]*' "$BUILD/tk_kernels.h" |
+              sort -u | wc -l)
 
     bench="skipped (no GPU found by nvidia-smi)"
     if gpu_present; then

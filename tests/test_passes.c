@@ -20,8 +20,12 @@
  *
  * TK_UPDATE_GOLDENS=1 rewrites the part after the marker with what the
  * pass produces now (a file without a marker gets one: "expected" when
- * the pass succeeds, "error" when it fails).  Review the diff before
- * committing it.
+ * the pass succeeds, "error" when it fails).  TK_GOLDEN_PASSES=a,b limits
+ * a run (and so a rewrite) to the goldens of those passes, e.g.
+ *
+ *     TK_UPDATE_GOLDENS=1 TK_GOLDEN_PASSES=infer_layouts ./test_passes
+ *
+ * Review the diff before committing it.
  *
  * Every case is a separate Criterion test (one process each), so a crash
  * or an internal error in one pass fails only its own cases.
@@ -164,8 +168,23 @@ static void write_golden(const char *path, const char *input, size_t input_len,
     fclose(f);
 }
 
+/* Is the pass named in TK_GOLDEN_PASSES (or is the variable unset)? */
+static bool pass_selected(const char *pass)
+{
+    const char *list = getenv("TK_GOLDEN_PASSES");
+    if (!list || !*list)
+        return true;
+    size_t n = strlen(pass);
+    for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : p)
+        if (strncmp(p, pass, n) == 0 && (p[n] == ',' || p[n] == 0))
+            return true;
+    return false;
+}
+
 static void run_case(const PassCase *c)
 {
+    if (!pass_selected(c->pass))
+        cr_skip_test("%s not in TK_GOLDEN_PASSES", c->pass);
     char path[512];
     snprintf(path, sizeof path, "%s/%s/%s", GOLDEN_DIR, c->pass, c->file);
     char *text = read_file(path);
@@ -306,8 +325,10 @@ typedef struct {
     int *owner;           /* thread that loaded each element of x */
 } Sim;
 
-static int64_t sim_flat(const Sim *sim, Expr *const *indices, int rank,
-                        const double *const *values, int t)
+/* Row-major index into the tile of the evaluated indices of thread t;
+ * -1 outside the tile. */
+static int64_t sim_flat(const Sim *sim, int rank, const double *const *values,
+                        int t)
 {
     int64_t flat = 0;
     for (int d = 0; d < rank; d++) {
@@ -316,7 +337,6 @@ static int64_t sim_flat(const Sim *sim, Expr *const *indices, int rank,
             return -1;
         flat = flat * sim->extent[d] + i;
     }
-    (void)indices;
     return flat;
 }
 
@@ -338,7 +358,8 @@ static double sim_x_value(int64_t flat)
 static void sim_eval(Sim *sim, const Expr *e, const bool *active, double *out);
 
 static void sim_eval_indices(Sim *sim, Expr *const *indices, int rank,
-                             const bool *active, double values[][SIM_MAX_THREADS])
+                             const bool *active,
+                             double values[][SIM_MAX_THREADS])
 {
     for (int d = 0; d < rank; d++)
         sim_eval(sim, indices[d], active, values[d]);
@@ -425,7 +446,7 @@ static void sim_eval(Sim *sim, const Expr *e, const bool *active, double *out)
                 continue;
             }
             cr_assert(strcmp(buf->name, "x") == 0, "load of '%s'", buf->name);
-            int64_t flat = sim_flat(sim, e->u.load.indices, buf->rank, rows, t);
+            int64_t flat = sim_flat(sim, buf->rank, rows, t);
             cr_assert(flat >= 0, "unmasked load outside the tile");
             cr_assert(sim->owner[flat] < 0, "element %lld of x loaded twice",
                       (long long)flat);
@@ -456,7 +477,9 @@ static void sim_eval(Sim *sim, const Expr *e, const bool *active, double *out)
             case BIN_NE: out[t] = x != y; break;
             case BIN_LAND: out[t] = x && y; break;
             case BIN_LOR: out[t] = x || y; break;
-            default: cr_assert_fail("unexpected %s", ir_binop_name(e->u.binary.op));
+            default:
+                cr_assert_fail("unexpected %s",
+                               ir_binop_name(e->u.binary.op));
             }
         }
         return;
@@ -495,7 +518,7 @@ static void sim_store(Sim *sim, const Stmt *s, const bool *active)
             continue;
         }
         bool is_y = strcmp(buf->name, "y") == 0;
-        int64_t flat = sim_flat(sim, s->u.store.indices, buf->rank, rows, t);
+        int64_t flat = sim_flat(sim, buf->rank, rows, t);
         cr_assert(flat >= 0, "unmasked store outside the tile");
         (is_y ? sim->y : sim->z)[flat] = value[t];
         (is_y ? sim->y_writes : sim->z_writes)[flat]++;
@@ -513,8 +536,9 @@ static void sim_stmt(Sim *sim, const Stmt *s, const bool *active)
         return;
     case STMT_LET:
     case STMT_ASSIGN: {
-        const Var *var = s->kind == STMT_LET ? s->u.let.var : s->u.assign.var;
-        const Expr *value = s->kind == STMT_LET ? s->u.let.value : s->u.assign.value;
+        bool let = s->kind == STMT_LET;
+        const Var *var = let ? s->u.let.var : s->u.assign.var;
+        const Expr *value = let ? s->u.let.value : s->u.assign.value;
         if (!value)
             return;
         sim_eval(sim, value, active, v);
@@ -531,15 +555,17 @@ static void sim_stmt(Sim *sim, const Stmt *s, const bool *active)
         cr_assert(b->scope == SCOPE_LOCAL, "'%s' is still a %s buffer", b->name,
                   ir_scope_name(b->scope));
         /* codegen zero-fills LOCAL arrays; so does the interpreter */
-        double *data = calloc((size_t)(b->shape[0]->u.int_value * T), sizeof *data);
+        double *data = calloc((size_t)(b->shape[0]->u.int_value * T),
+                              sizeof *data);
         vec_push(sim->k->arena, &sim->locals, b);
         vec_push(sim->k->arena, &sim->local_data, data);
         return;
     }
     case STMT_FOR: {
         /* the tile passes only make loops with constant bounds */
-        cr_assert(s->u.loop.begin->kind == EXPR_INT && s->u.loop.end->kind == EXPR_INT);
-        for (int64_t i = s->u.loop.begin->u.int_value; i < s->u.loop.end->u.int_value;
+        const Expr *begin = s->u.loop.begin, *end = s->u.loop.end;
+        cr_assert(begin->kind == EXPR_INT && end->kind == EXPR_INT);
+        for (int64_t i = begin->u.int_value; i < end->u.int_value;
              i += s->u.loop.step) {
             for (int t = 0; t < T; t++)
                 sim->env[s->u.loop.var->id * T + t] = (double)i;
@@ -571,7 +597,8 @@ static void run_lowered(const int64_t *extent, int rank, int threads,
                         const char *dtype, const char *op, int want_vec)
 {
     /* the kernel, in the textual IR */
-    char shape[128] = "", row_shape[128] = "", dims[128] = "", row_dims[128] = "";
+    char shape[128] = "", row_shape[128] = "";
+    char dims[128] = "", row_dims[128] = "";
     char strides[160] = "", row_strides[160] = "";
     char vars_a[128] = "", vars_b[128] = "", vars_b_row[128] = "";
     char vars_c[128] = "";
@@ -590,11 +617,13 @@ static void run_lowered(const int64_t *extent, int rank, int threads,
             strcat(strides, "1");
         snprintf(piece, sizeof piece, "%s%%a%d", sep, d);
         strcat(vars_a, piece);
-        snprintf(piece, sizeof piece, "%s%%a%d: %lld", sep, d, (long long)extent[d]);
+        snprintf(piece, sizeof piece, "%s%%a%d: %lld", sep, d,
+                 (long long)extent[d]);
         strcat(decl_a, piece);
         snprintf(piece, sizeof piece, "%s%%b%d", sep, d);
         strcat(vars_b, piece);
-        snprintf(piece, sizeof piece, "%s%%b%d: %lld", sep, d, (long long)extent[d]);
+        snprintf(piece, sizeof piece, "%s%%b%d: %lld", sep, d,
+                 (long long)extent[d]);
         strcat(decl_b, piece);
         if (d == rank - 1)
             continue;
@@ -610,7 +639,8 @@ static void run_lowered(const int64_t *extent, int rank, int threads,
         strcat(vars_b_row, piece);
         snprintf(piece, sizeof piece, "%s%%c%d", sep, d);
         strcat(vars_c, piece);
-        snprintf(piece, sizeof piece, "%s%%c%d: %lld", sep, d, (long long)extent[d]);
+        snprintf(piece, sizeof piece, "%s%%c%d: %lld", sep, d,
+                 (long long)extent[d]);
         strcat(decl_c, piece);
     }
     char *text = NULL;
@@ -629,7 +659,8 @@ static void run_lowered(const int64_t *extent, int rank, int threads,
             "    parallel (%s) {\n      store @y[%s] = @f[%s] + @r[%s]\n    }\n"
             "    parallel (%s) {\n      store @z[%s] = @r[%s]\n    }\n"
             "  }\n}\n",
-            threads, dtype, dims, strides, dims, strides, row_dims, row_strides, shape, decl_a, vars_a, vars_a,
+            threads, dtype, dims, strides, dims, strides, row_dims,
+            row_strides, shape, decl_a, vars_a, vars_a,
             row_shape, op, rank - 1, decl_b, vars_b, vars_b, vars_b_row,
             decl_c, vars_c, vars_c);
     fclose(f);
@@ -672,24 +703,38 @@ static void run_lowered(const int64_t *extent, int rank, int threads,
         for (int64_t j = 0; j < extent[rank - 1]; j++) {
             double x = sim_x_value(row * extent[rank - 1] + j);
             want = is_sum ? want + x
-                   : strcmp(op, "absmax") == 0 ? fmax(want, fabs(x)) : fmax(want, x);
+                   : strcmp(op, "absmax") == 0 ? fmax(want, fabs(x))
+                   : fmax(want, x);
         }
-        cr_assert_eq(sim.z_writes[row], 1, "row %lld stored %d times", (long long)row,
+        cr_assert_eq(sim.z_writes[row], 1, "row %lld stored %d times",
+                     (long long)row,
                      sim.z_writes[row]);
-        cr_assert(sim.z[row] == want, "row %lld: %s is %g, want %g", (long long)row,
+        cr_assert(sim.z[row] == want, "row %lld: %s is %g, want %g",
+                  (long long)row,
                   op, sim.z[row], want);
         for (int64_t j = 0; j < extent[rank - 1]; j++) {
             int64_t e = row * extent[rank - 1] + j;
             cr_assert_eq(sim.y_writes[e], 1, "y element %lld stored %d times",
                          (long long)e, sim.y_writes[e]);
             /* every replica of the row's result is right */
-            cr_assert(sim.y[e] == sim_x_value(e) + want, "y element %lld", (long long)e);
+            cr_assert(sim.y[e] == sim_x_value(e) + want, "y element %lld",
+                      (long long)e);
             /* chunk e / vec belongs to thread (e / vec) % threads */
             cr_assert_eq(sim.owner[e], (int)((e / want_vec) % threads),
-                         "element %lld loaded by thread %d", (long long)e, sim.owner[e]);
+                         "element %lld loaded by thread %d", (long long)e,
+                         sim.owner[e]);
         }
     }
+    for (int i = 0; i < sim.local_data.count; i++)
+        free(sim.local_data.items[i]);
+    free(sim.env);
+    free(sim.y);
+    free(sim.z);
+    free(sim.y_writes);
+    free(sim.z_writes);
+    free(sim.owner);
     free(text);
+    arena_free(arena);
 }
 
 Test(lowered, per_token_cast_bf16)   /* vec 8, group 4, two slots */

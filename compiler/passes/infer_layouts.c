@@ -33,6 +33,8 @@ typedef struct {
     Kernel *k;
     Diag *diag;
     bool ok;
+    PtrVec failed; /* fragments whose layout an error left unset: later
+                      reads of them are not reported again */
 } InferCtx;
 
 /* One access of a buffer inside a PARALLEL body. */
@@ -243,7 +245,10 @@ static void check_fragment_access(InferCtx *ctx, Stmt *loop, Access *a,
     Layout *l = b->layout;
     Layout *loop_layout = loop->u.parallel.layout;
     if (!l) {
-        if (!seen(reported, b, k->arena))
+        bool cascade = false;
+        for (int i = 0; i < ctx->failed.count && !cascade; i++)
+            cascade = ctx->failed.items[i] == b;
+        if (!cascade && !seen(reported, b, k->arena))
             error(ctx, a->loc,
                   "fragment '%s' is read before any layout is set: no "
                   "earlier parallel loop or reduce writes it",
@@ -360,7 +365,16 @@ static void infer_parallel(InferCtx *ctx, Stmt *loop)
 
 /* ---- REDUCE ------------------------------------------------------------ */
 
+static bool reduce_layout(InferCtx *ctx, Stmt *s);
+
+/* A failed reduce leaves its result without a layout; say so once. */
 static void infer_reduce(InferCtx *ctx, Stmt *s)
+{
+    if (!reduce_layout(ctx, s) && !s->u.reduce.dst->layout)
+        vec_push(ctx->k->arena, &ctx->failed, s->u.reduce.dst);
+}
+
+static bool reduce_layout(InferCtx *ctx, Stmt *s)
 {
     Kernel *k = ctx->k;
     Arena *arena = k->arena;
@@ -370,20 +384,20 @@ static void infer_reduce(InferCtx *ctx, Stmt *s)
         Buffer *bad = src->scope != SCOPE_FRAGMENT ? src : dst;
         error(ctx, s->loc, "reduce works on fragments: '%s' is a %s buffer",
               bad->name, ir_scope_name(bad->scope));
-        return;
+        return false;
     }
     Layout *l = src->layout;
     if (!l) {
         error(ctx, s->loc,
               "fragment '%s' is read by reduce before any layout is set: no "
               "earlier parallel loop writes it", src->name);
-        return;
+        return false;
     }
     if (l->reduced) {
         error(ctx, s->loc,
               "reduce over '%s': it is itself a reduction result (layout "
               "%s)", src->name, pass_format_layout(arena, l));
-        return;
+        return false;
     }
     if (dim != l->rank - 1) {
         diag_error(ctx->diag, s->loc,
@@ -391,7 +405,7 @@ static void infer_reduce(InferCtx *ctx, Stmt *s)
                    "dim can be reduced", dim, src->name,
                    pass_format_extents(arena, l->extent, l->rank));
         ctx->ok = false;
-        return;
+        return false;
     }
     int64_t extent = l->extent[dim];
     int64_t group = extent / l->vec;
@@ -408,7 +422,7 @@ static void infer_reduce(InferCtx *ctx, Stmt *s)
                    "group of %lld threads %s", dim, src->name,
                    (long long)extent, l->vec, (long long)group, why);
         ctx->ok = false;
-        return;
+        return false;
     }
     Layout *r = arena_alloc(arena, sizeof *r);
     r->rank = l->rank - 1;
@@ -427,7 +441,7 @@ static void infer_reduce(InferCtx *ctx, Stmt *s)
         error(ctx, s->loc, "reduce of '%s' into '%s': the result must have "
               "shape %s", src->name, dst->name,
               pass_format_extents(arena, r->extent, r->rank));
-        return;
+        return false;
     }
     if (dst->layout && !pass_layout_equal(dst->layout, r)) {
         diag_error(ctx->diag, s->loc,
@@ -436,9 +450,10 @@ static void infer_reduce(InferCtx *ctx, Stmt *s)
                    pass_format_layout(arena, dst->layout), src->name,
                    pass_format_layout(arena, r));
         ctx->ok = false;
-        return;
+        return false;
     }
     dst->layout = r;
+    return true;
 }
 
 /* ---- the block-level walk ---------------------------------------------- */

@@ -70,7 +70,8 @@ static Expr *thread_idx(Kernel *k)
     return ir_call(k, INTR_THREAD_IDX, PASS_INDEX_TYPE, NULL, 0);
 }
 
-static void open_frame(Kernel *k, const Layout *l, Loc loc, Frame *f)
+/* The slot: a FOR var when the layout has several slots, else 0. */
+static void open_frame(Kernel *k, const Layout *l, Frame *f)
 {
     f->slot_var = NULL;
     f->slot = pass_index(k, 0);
@@ -252,7 +253,7 @@ static Stmt *lower_tile_loop(LowerCtx *ctx, Stmt *loop, const Layout *l)
         ice("parallel loop of rank %d has a layout of rank %d", rank,
             l->rank);
     Frame frame;
-    open_frame(k, l, loop->loc, &frame);
+    open_frame(k, l, &frame);
     frame_chunk(k, l, loop->loc, &frame);
     Rewrite rw = {.k = k, .nvars = rank, .slot = frame.slot, .vec = l->vec,
                   .chunk = ir_var(k, frame.chunk_var), .group = 1};
@@ -290,7 +291,7 @@ static Stmt *lower_reduced_loop(LowerCtx *ctx, Stmt *loop, const Layout *l)
         ice("parallel loop of rank %d has a layout of rank %d", rank,
             l->rank);
     Frame frame;
-    open_frame(k, l, loop->loc, &frame);
+    open_frame(k, l, &frame);
     frame_chunk(k, l, loop->loc, &frame);
     Rewrite rw = {.k = k, .nvars = rank, .slot = frame.slot, .vec = l->vec,
                   .chunk = ir_var(k, frame.chunk_var), .group = l->group};
@@ -350,7 +351,7 @@ static Stmt *lower_reduce(LowerCtx *ctx, Stmt *s)
             src->name, dst->name);
     DType t = dst->dtype;
     Frame frame;
-    open_frame(k, l, loc, &frame);
+    open_frame(k, l, &frame);
     Rewrite rw = {.k = k, .slot = frame.slot, .vec = l->vec};
     Var *lane_var = NULL;
     if (l->vec > 1) {

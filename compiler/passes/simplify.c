@@ -266,6 +266,13 @@ static Expr *simplify_div(Simplifier *s, Expr *e, Expr *a, int64_t k)
     if (k == 1) return a;
     if (bounds(s, a, &lo, &hi) && floor_div(lo, k) == floor_div(hi, k))
         return make_int(s, e->dtype, floor_div(lo, k), loc);
+    /* (x / a) / k == x / (a * k) for positive a and k */
+    int64_t inner, product;
+    if (a->kind == EXPR_BINARY && a->u.binary.op == BIN_DIV && a->lanes == 1 &&
+        is_int_const(a->u.binary.rhs, &inner) && inner > 0 &&
+        !__builtin_mul_overflow(inner, k, &product))
+        return simplify_expr(s, binary(s, BIN_DIV, a->u.binary.lhs,
+                                       make_int(s, e->dtype, product, loc), loc));
     Sum sum = sum_of(a);
     if (!sum.ok) return e;
     /* (g*X + c) / k == X' / (k/g) when g divides every coefficient and k */

@@ -266,17 +266,25 @@ static int access_alignment(Vectorizer *z, Buffer *b, Expr **lane0)
 
 /* The lanes one aligned access of this buffer can take, or the whole
  * vector when the access is not contiguous (it will be scalarised). */
+static bool unit_last_stride(const Buffer *b)
+{
+    const Expr *stride = b->strides[b->rank - 1];
+    return b->scope != SCOPE_GLOBAL || !stride ||
+           (stride->kind == EXPR_INT && stride->u.int_value == 1);
+}
+
 static int contiguous_lanes(Vectorizer *z, Buffer *b, Expr **indices, int lanes)
 {
     Expr *lane0[IR_MAX_RANK], *inv;
     int64_t coeff;
     if (b->scope != SCOPE_GLOBAL && b->scope != SCOPE_SHARED) return lanes;
+    if (!unit_last_stride(b)) return lanes; /* a gather */
     for (int d = 0; d < b->rank; d++) {
         if (!affine(z, indices[d], &inv, &coeff)) return lanes;
         if (coeff != (d == b->rank - 1 ? 1 : 0)) return lanes;
         lane0[d] = inv;
     }
-    int align = access_alignment(z, b, lane0);
+    int align = access_alignment(z, b, lane0); /* <= 16 bytes */
     int bits = ir_dtype_bits(b->dtype);
     int fit = bits > 0 ? align * 8 / bits : 1;
     return fit < 1 ? 1 : fit;
@@ -299,7 +307,8 @@ static Expr *vec_access(Vectorizer *z, Buffer *b, Expr **indices, Expr **out,
         return out[0];
     }
     Expr *last = vi[b->rank - 1];
-    bool contiguous = last->kind == EXPR_RAMP && last->u.ramp.stride == 1;
+    bool contiguous = last->kind == EXPR_RAMP && last->u.ramp.stride == 1 &&
+                      unit_last_stride(b);
     for (int d = 0; d + 1 < b->rank; d++)
         if (vi[d]->lanes > 1) contiguous = false;
     if (contiguous && b->scope != SCOPE_LOCAL) {
@@ -573,10 +582,7 @@ static int expr_lanes(Vectorizer *z, Expr *e, int lanes)
             lanes = expr_lanes(z, idx[d], lanes);
         }
         int fit = contiguous_lanes(z, b, idx, lanes);
-        int bytes_fit = 16 * 8 / (ir_dtype_bits(b->dtype) ? ir_dtype_bits(b->dtype) : 8);
-        if (varies(z, idx[b->rank - 1]) && fit < lanes) lanes = fit;
-        if (b->scope != SCOPE_LOCAL && varies(z, idx[b->rank - 1]) && bytes_fit < lanes)
-            lanes = bytes_fit;
+        if (fit < lanes) lanes = fit;
         return expr_lanes(z, e->u.load.predicate, lanes);
     }
     case EXPR_UNARY: return expr_lanes(z, e->u.unary.operand, lanes);
@@ -607,10 +613,7 @@ static int body_lanes(Vectorizer *z, Stmt *s, int lanes)
         Expr *idx[IR_MAX_RANK];
         for (int d = 0; d < b->rank; d++) idx[d] = expand(z, s->u.store.indices[d]);
         int fit = contiguous_lanes(z, b, idx, lanes);
-        int bytes_fit = 16 * 8 / (ir_dtype_bits(b->dtype) ? ir_dtype_bits(b->dtype) : 8);
-        if (varies(z, idx[b->rank - 1]) && fit < lanes) lanes = fit;
-        if (b->scope != SCOPE_LOCAL && varies(z, idx[b->rank - 1]) && bytes_fit < lanes)
-            lanes = bytes_fit;
+        if (fit < lanes) lanes = fit;
         lanes = expr_lanes(z, expand(z, s->u.store.value), lanes);
         return expr_lanes(z, expand(z, s->u.store.predicate), lanes);
     }

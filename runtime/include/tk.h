@@ -6,8 +6,9 @@
  * pointer, dtype, shape, strides in elements) and a CUstream, validates
  * every argument before launching anything, and returns a tk_status.  On
  * failure tk_last_error() names the bad argument.  The library never
- * prints and never exits.  It uses the current device's primary context
- * and is safe to call from several threads.
+ * prints and never exits.  It uses the calling thread's current CUDA
+ * context, or makes device 0's primary context current if there is none,
+ * and is safe to call from several threads (docs/runtime.md).
  *
  * Tensors are never allocated by the library: the caller passes outputs.
  * tk_sf_desc() computes the shape and strides TileKernels uses for
@@ -71,9 +72,10 @@ TK_API size_t tk_dtype_size(tk_dtype dtype);
 /* TK_SUCCESS if a CUDA device is usable; loads nothing else. */
 TK_API tk_status tk_device_check(void);
 
-/* Convenience: a contiguous descriptor. */
+/* Convenience: a contiguous descriptor.  A rank outside [0, TK_MAX_RANK]
+ * or a NULL shape gives rank -1, which every function rejects. */
 TK_API tk_tensor tk_tensor_contiguous(void *data, tk_dtype dtype, int rank,
-                               const int64_t *shape);
+                                      const int64_t *shape);
 
 /* Scale-factor layouts of tilekernels-spec.md section 3.5. */
 typedef enum tk_sf_layout {
@@ -87,19 +89,21 @@ typedef enum tk_sf_layout {
 /* Fills *desc (data NULL) with the dtype, shape and strides of the SF
  * tensor for a (rows, cols) matrix cut into (block_m, block_k) blocks,
  * and *bytes with the allocation it needs (padding included). */
-TK_API tk_status tk_sf_desc(int64_t rows, int64_t cols, int block_m, int block_k,
-                     tk_sf_layout layout, tk_tensor *desc, size_t *bytes);
+TK_API tk_status tk_sf_desc(int64_t rows, int64_t cols, int block_m,
+                            int block_k, tk_sf_layout layout, tk_tensor *desc,
+                            size_t *bytes);
 
 /* ---- transpose (tilekernels-spec.md section 7) ----------------------- */
 
-/* out[b, j, i] = x[b, i, j].  x (B, X, Y) of f32, bf16 or e4m3 with
- * X % 64 == 0, Y % 64 == 0, stride[2] == 1, stride[1] % 4 == 0 and
+/* out[b, j, i] = x[b, i, j].  x (B, X, Y) of any 1-, 2- or 4-byte dtype
+ * but e2m1 (transposition only moves bits) with X % 64 == 0,
+ * Y % 64 == 0, stride[2] == 1, stride[1] % 4 == 0, stride[1] >= Y and
  * stride[0] == X * stride[1]; out (B, Y, X) contiguous, same dtype. */
-TK_API tk_status tk_batched_transpose(const tk_tensor *x, const tk_tensor *out,
-                               tk_stream stream);
+TK_API tk_status tk_batched_transpose(const tk_tensor *x,
+                                      const tk_tensor *out, tk_stream stream);
 /* 2-D form: x (X, Y) with a row stride >= Y, out (Y, X) contiguous. */
 TK_API tk_status tk_transpose(const tk_tensor *x, const tk_tensor *out,
-                       tk_stream stream);
+                              tk_stream stream);
 
 /* ---- casts (tilekernels-spec.md section 6) --------------------------- */
 
@@ -110,19 +114,24 @@ TK_API tk_status tk_transpose(const tk_tensor *x, const tk_tensor *out,
  * num_per_channels, sf_layout) describes.  TK_SF_PACKED_UE8M0 requires
  * round_sf. */
 TK_API tk_status tk_per_token_cast(const tk_tensor *x, int num_per_channels,
-                            bool round_sf, tk_sf_layout sf_layout,
-                            const tk_tensor *out, const tk_tensor *out_sf,
-                            tk_stream stream);
+                                   bool round_sf, tk_sf_layout sf_layout,
+                                   const tk_tensor *out,
+                                   const tk_tensor *out_sf, tk_stream stream);
 
 /* out = to_dtype(f32(x) * sf) with x (T, H) e4m3, H % 64 == 0, sf in any
  * layout of tk_sf_layout for (block_m, block_k) blocks (layout read from
- * its dtype and strides), out (T, H) bf16 or f32 contiguous. */
-TK_API tk_status tk_cast_back(const tk_tensor *x, const tk_tensor *sf, int block_m,
-                       int block_k, const tk_tensor *out, tk_stream stream);
+ * its dtype and strides), out (T, H) bf16 or f32 contiguous.  Blocks:
+ * 1x32, 1x64, 1x128, 128x128, 128x1, 32x32 (f32 SF); 1x32, 1x64, 1x128,
+ * 128x128 (packed); others give TK_ERROR_UNSUPPORTED. */
+TK_API tk_status tk_cast_back(const tk_tensor *x, const tk_tensor *sf,
+                              int block_m, int block_k, const tk_tensor *out,
+                              tk_stream stream);
 /* cast_back with (1, num_per_channels) blocks. */
-TK_API tk_status tk_per_token_cast_back(const tk_tensor *x, const tk_tensor *sf,
-                                 int num_per_channels, const tk_tensor *out,
-                                 tk_stream stream);
+TK_API tk_status tk_per_token_cast_back(const tk_tensor *x,
+                                        const tk_tensor *sf,
+                                        int num_per_channels,
+                                        const tk_tensor *out,
+                                        tk_stream stream);
 
 #ifdef __cplusplus
 }

@@ -183,8 +183,8 @@ bool tk__sf_layout(int64_t rows, int64_t cols, int64_t block_m,
     int64_t blocks_k = cols / block_k + (cols % block_k != 0);
     /* TMA needs 16-byte aligned rows: the column-major layouts pad each
      * column of nbm 4-byte entries to a multiple of 4 entries. */
-    int64_t padded_m = blocks_m + (4 - blocks_m % 4) % 4;
-    if (padded_m < blocks_m)
+    int64_t padded_m;
+    if (__builtin_add_overflow(blocks_m, (4 - blocks_m % 4) % 4, &padded_m))
         return false;
 
     tk_tensor result = {0};
