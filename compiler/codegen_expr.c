@@ -10,9 +10,10 @@
  *
  * Memory accesses come in three forms (ir.h, EXPR_LOAD):
  *   scalar      one element;
- *   contiguous  lanes > 1, last index RAMP(base, 1, lanes), other indices
- *               lane-invariant: one `load <V x T>` / store with the
- *               alignment vectorize proved;
+ *   contiguous  lanes > 1, last index RAMP(base, 1, lanes) along a
+ *               dimension of unit stride, other indices lane-invariant:
+ *               one `load <V x T>` / store with the alignment vectorize
+ *               proved;
  *   gather      anything else lanes wide: one scalar access per lane.
  * A predicate makes an access conditional: a lane-invariant predicate
  * guards the whole access with one branch, a lanes-wide one guards each
@@ -388,7 +389,9 @@ static bool contiguous_indices(Codegen *cg, const Access *a, LLVMValueRef *out) 
     const Expr *tail = a->indices[last];
     if (a->lanes <= 1 || tail->kind != EXPR_RAMP || tail->u.ramp.stride != 1)
         return false;
-    /* a unit-stride index is contiguous in memory only with a unit stride */
+    /* a unit ramp of indices is contiguous in memory only along a
+     * unit-stride dimension (a tensor's last stride may be a run-time
+     * symbol, as in cast_back's scales: then the access is a gather) */
     const Expr *stride = a->buffer->strides[last];
     if (a->buffer->scope == SCOPE_GLOBAL && stride &&
         !(stride->kind == EXPR_INT && stride->u.int_value == 1))

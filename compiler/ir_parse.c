@@ -2,8 +2,9 @@
  * ir_parse.c -- reads the textual IR (docs/ir.md) back into a Module.
  *
  * A hand-written recursive-descent parser over a token array: the whole
- * text is tokenised first (so any lookahead is cheap), then parsed by one
- * function per production, each preceded by its grammar rule.  Nodes are
+ * text is tokenised first by ir_lex.c (so any lookahead is cheap), then
+ * parsed here by one function per production, each preceded by its
+ * grammar rule.  Nodes are
  * built with the ir.c constructors, so the dtype and lanes inference is the
  * constructors'; the printer (ir_print.c) writes a `:dtype` / `:xN` suffix
  * exactly where that inference would be wrong, which is what makes
@@ -17,414 +18,16 @@
  * state lives in a Parser on the stack, so parses can run concurrently in
  * separate arenas.
  */
-#include "ir.h"
+#include "ir_lex.h"
 
-#include <errno.h>
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum {
-    PARSE_MAX_DEPTH = 500, /* nesting of blocks and expressions */
-};
-
-typedef enum {
-    TOKEN_EOF,
-    TOKEN_IDENT,  /* word: keyword, dtype, name */
-    TOKEN_VAR,    /* %name (text = name) */
-    TOKEN_BUFFER, /* @name (text = name) */
-    TOKEN_INT,    /* magnitude in int_value */
-    TOKEN_FLOAT,  /* float_value */
-    TOKEN_STRING, /* text = decoded contents */
-    TOKEN_PUNCT,  /* text = the operator or bracket */
-} TokenKind;
-
-typedef struct {
-    TokenKind kind;
-    const char *text;
-    uint64_t int_value;
-    double float_value;
-    Loc loc;
-} Token;
-
-typedef struct {
-    Arena *arena;
-    Diag *diag;
-    const char *file;
-    const char *text;
-    Token *tokens;
-    int ntokens, capacity, pos;
-    jmp_buf fail;
-    Module *module;
-    Kernel *kernel;
-    int depth;
-} Parser;
-
-/* ---- errors ------------------------------------------------------------------ */
-
-__attribute__((format(printf, 3, 4))) _Noreturn static void
-parse_error(Parser *p, Loc loc, const char *fmt, ...)
-{
-    char message[512];
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(message, sizeof message, fmt, args);
-    va_end(args);
-    diag_error(p->diag, loc, "%s", message);
-    longjmp(p->fail, 1);
-}
-
-/* ---- lexer ----------------------------------------------------------------------- */
-
-static bool is_word_start(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-
-static bool is_word_char(char c)
-{
-    return is_word_start(c) || (c >= '0' && c <= '9') || c == '.';
-}
-
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-static void push_token(Parser *p, Token token)
-{
-    if (p->ntokens == p->capacity) {
-        int capacity = p->capacity ? p->capacity * 2 : 256;
-        Token *tokens = arena_alloc(p->arena, sizeof(Token) * (size_t)capacity);
-        if (p->ntokens)
-            memcpy(tokens, p->tokens, sizeof(Token) * (size_t)p->ntokens);
-        p->tokens = tokens;
-        p->capacity = capacity;
-    }
-    p->tokens[p->ntokens++] = token;
-}
-
-/* A "..." string starting at *cursor (the quote); returns the decoded text
- * and advances *cursor past the closing quote. */
-static const char *lex_string(Parser *p, const char **cursor, Loc loc)
-{
-    const char *c = *cursor + 1;
-    size_t length = 0, bound = 0;
-    /* the decoded text is no longer than the raw text up to the end quote */
-    while (c[bound] && c[bound] != '"' && c[bound] != '\n')
-        bound += c[bound] == '\\' && c[bound + 1] ? 2 : 1;
-    char *text = arena_alloc(p->arena, bound + 1);
-    for (;;) {
-        if (*c == 0 || *c == '\n')
-            parse_error(p, loc, "unterminated string");
-        if (*c == '"')
-            break;
-        if (*c != '\\') {
-            text[length++] = *c++;
-            continue;
-        }
-        c++;
-        switch (*c) {
-        case '"': case '\\': text[length++] = *c++; break;
-        case 'n': text[length++] = '\n'; c++; break;
-        case 't': text[length++] = '\t'; c++; break;
-        case 'x': {
-            int value = 0, digits = 0;
-            c++;
-            while (digits < 2 && ((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f') ||
-                                  (*c >= 'A' && *c <= 'F'))) {
-                value = value * 16 + (*c <= '9' ? *c - '0' : (*c | 32) - 'a' + 10);
-                c++;
-                digits++;
-            }
-            if (digits == 0 || value == 0)
-                parse_error(p, loc, "bad \\x escape in string");
-            text[length++] = (char)value;
-            break;
-        }
-        default:
-            parse_error(p, loc, "unknown escape '\\%c' in string", *c ? *c : '0');
-        }
-    }
-    text[length] = 0;
-    *cursor = c + 1;
-    return text;
-}
-
-static void lex_number(Parser *p, const char **cursor, Loc loc)
-{
-    const char *start = *cursor, *c = start;
-    Token token = {.loc = loc};
-    if (c[0] == '0' && (c[1] == 'x' || c[1] == 'X')) {
-        c += 2;
-        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f') || (*c >= 'A' && *c <= 'F')))
-            parse_error(p, loc, "bad hexadecimal number");
-        errno = 0;
-        char *end;
-        token.int_value = strtoull(c, &end, 16);
-        if (errno == ERANGE)
-            parse_error(p, loc, "integer literal too large");
-        c = end;
-        token.kind = TOKEN_INT;
-    } else {
-        while (is_digit(*c))
-            c++;
-        bool is_float = false;
-        if (*c == '.') {
-            is_float = true;
-            c++;
-            while (is_digit(*c))
-                c++;
-        }
-        if ((*c == 'e' || *c == 'E') &&
-            (is_digit(c[1]) || ((c[1] == '+' || c[1] == '-') && is_digit(c[2])))) {
-            is_float = true;
-            c += 2;
-            while (is_digit(*c))
-                c++;
-        }
-        char buffer[128];
-        size_t length = (size_t)(c - start);
-        if (length >= sizeof buffer)
-            parse_error(p, loc, "number too long");
-        memcpy(buffer, start, length);
-        buffer[length] = 0;
-        if (is_float) {
-            token.kind = TOKEN_FLOAT;
-            token.float_value = strtod(buffer, NULL);
-        } else {
-            token.kind = TOKEN_INT;
-            errno = 0;
-            token.int_value = strtoull(buffer, NULL, 10);
-            if (errno == ERANGE)
-                parse_error(p, loc, "integer literal too large");
-        }
-    }
-    if (is_word_char(*c))
-        parse_error(p, loc, "bad number: a letter follows the digits");
-    *cursor = c;
-    push_token(p, token);
-}
-
-static const char *const two_char_punct[] = {
-    "<<", ">>", "<=", ">=", "==", "!=", "&&", "||", "->",
-};
-
-static void tokenize(Parser *p)
-{
-    const char *c = p->text, *line_start = c;
-    int line = 1;
-    for (;;) {
-        if (*c == '\n') {
-            c++;
-            line++;
-            line_start = c;
-            continue;
-        }
-        if (*c == ' ' || *c == '\t' || *c == '\r') {
-            c++;
-            continue;
-        }
-        if (*c == '#' || (c[0] == '/' && c[1] == '/')) { /* comment */
-            while (*c && *c != '\n')
-                c++;
-            continue;
-        }
-        Loc loc = {p->file, line, (int)(c - line_start) + 1};
-        Token token = {.loc = loc};
-        if (*c == 0) {
-            token.kind = TOKEN_EOF;
-            token.text = "end of input";
-            push_token(p, token);
-            return;
-        }
-        if (is_word_start(*c)) {
-            const char *start = c;
-            while (is_word_char(*c))
-                c++;
-            token.kind = TOKEN_IDENT;
-            token.text = arena_printf(p->arena, "%.*s", (int)(c - start), start);
-            push_token(p, token);
-            continue;
-        }
-        if ((*c == '%' || *c == '@') && (is_word_start(c[1]) || c[1] == '"')) {
-            token.kind = *c == '%' ? TOKEN_VAR : TOKEN_BUFFER;
-            c++;
-            if (*c == '"') {
-                token.text = lex_string(p, &c, loc);
-                if (!*token.text)
-                    parse_error(p, loc, "empty name");
-            } else {
-                const char *start = c;
-                while (is_word_char(*c))
-                    c++;
-                token.text = arena_printf(p->arena, "%.*s", (int)(c - start), start);
-            }
-            push_token(p, token);
-            continue;
-        }
-        if (*c == '@')
-            parse_error(p, loc, "expected a buffer name after '@'");
-        if (is_digit(*c)) {
-            lex_number(p, &c, loc);
-            continue;
-        }
-        if (*c == '"') {
-            token.kind = TOKEN_STRING;
-            token.text = lex_string(p, &c, loc);
-            push_token(p, token);
-            continue;
-        }
-        token.kind = TOKEN_PUNCT;
-        for (size_t i = 0; i < sizeof two_char_punct / sizeof two_char_punct[0]; i++) {
-            if (c[0] == two_char_punct[i][0] && c[1] == two_char_punct[i][1]) {
-                token.text = two_char_punct[i];
-                break;
-            }
-        }
-        if (token.text) {
-            c += 2;
-        } else if (*c && strchr("()[]{},;:=+-*/%&|^<>", *c)) {
-            token.text = arena_printf(p->arena, "%c", *c);
-            c++;
-        } else {
-            unsigned char byte = (unsigned char)*c;
-            if (byte >= 32 && byte < 127)
-                parse_error(p, loc, "unexpected character '%c'", byte);
-            parse_error(p, loc, "unexpected byte 0x%02x", byte);
-        }
-        push_token(p, token);
-    }
-}
-
-/* ---- token helpers ------------------------------------------------------------------ */
-
-static Token *peek(Parser *p) { return &p->tokens[p->pos]; }
-
-static Token *peek_at(Parser *p, int ahead)
-{
-    int index = p->pos + ahead;
-    return &p->tokens[index < p->ntokens ? index : p->ntokens - 1];
-}
-
-static Token *next(Parser *p)
-{
-    Token *token = &p->tokens[p->pos];
-    if (token->kind != TOKEN_EOF)
-        p->pos++;
-    return token;
-}
-
-/* How a token reads in a message. */
-static const char *describe(Parser *p, const Token *token)
-{
-    switch (token->kind) {
-    case TOKEN_EOF: return "end of input";
-    case TOKEN_VAR: return arena_printf(p->arena, "'%%%s'", token->text);
-    case TOKEN_BUFFER: return arena_printf(p->arena, "'@%s'", token->text);
-    case TOKEN_INT: return arena_printf(p->arena, "'%llu'", (unsigned long long)token->int_value);
-    case TOKEN_FLOAT: return arena_printf(p->arena, "'%g'", token->float_value);
-    case TOKEN_STRING: return "a string";
-    default: return arena_printf(p->arena, "'%s'", token->text);
-    }
-}
-
-static bool is_punct(const Token *token, const char *text)
-{
-    return token->kind == TOKEN_PUNCT && strcmp(token->text, text) == 0;
-}
-
-static bool is_word(const Token *token, const char *word)
-{
-    return token->kind == TOKEN_IDENT && strcmp(token->text, word) == 0;
-}
-
-static bool accept_punct(Parser *p, const char *text)
-{
-    if (!is_punct(peek(p), text))
-        return false;
-    next(p);
-    return true;
-}
-
-static bool accept_word(Parser *p, const char *word)
-{
-    if (!is_word(peek(p), word))
-        return false;
-    next(p);
-    return true;
-}
-
-static Token *expect_punct(Parser *p, const char *text)
-{
-    if (!is_punct(peek(p), text))
-        parse_error(p, peek(p)->loc, "expected '%s', found %s", text, describe(p, peek(p)));
-    return next(p);
-}
-
-static Token *expect_word(Parser *p, const char *word)
-{
-    if (!is_word(peek(p), word))
-        parse_error(p, peek(p)->loc, "expected '%s', found %s", word, describe(p, peek(p)));
-    return next(p);
-}
-
-/* name = IDENT | STRING */
-static const char *expect_name(Parser *p, const char *what)
-{
-    Token *token = peek(p);
-    if (token->kind != TOKEN_IDENT && token->kind != TOKEN_STRING)
-        parse_error(p, token->loc, "expected %s, found %s", what, describe(p, token));
-    next(p);
-    return token->text;
-}
-
-static const char *expect_string(Parser *p, const char *what)
-{
-    Token *token = peek(p);
-    if (token->kind != TOKEN_STRING)
-        parse_error(p, token->loc, "expected %s (a string), found %s", what, describe(p, token));
-    next(p);
-    return token->text;
-}
-
-/* int = ['-'] INT, within [low, high] */
-static int64_t expect_int(Parser *p, const char *what, int64_t low, int64_t high)
-{
-    Token *start = peek(p);
-    bool negative = accept_punct(p, "-");
-    Token *token = peek(p);
-    if (token->kind != TOKEN_INT)
-        parse_error(p, token->loc, "expected %s (an integer), found %s", what,
-                    describe(p, token));
-    next(p);
-    uint64_t magnitude = token->int_value;
-    int64_t value;
-    if (magnitude > (uint64_t)INT64_MAX + (negative ? 1u : 0u))
-        parse_error(p, start->loc, "%s out of range", what);
-    if (negative)
-        value = magnitude == (uint64_t)INT64_MAX + 1u ? INT64_MIN : -(int64_t)magnitude;
-    else
-        value = (int64_t)magnitude;
-    if (value < low || value > high)
-        parse_error(p, start->loc, "%s must be in [%lld, %lld], not %lld", what,
-                    (long long)low, (long long)high, (long long)value);
-    return value;
-}
-
-static DType expect_dtype(Parser *p)
-{
-    Token *token = peek(p);
-    DType t;
-    if (token->kind != TOKEN_IDENT || !ir_dtype_from_name(token->text, &t))
-        parse_error(p, token->loc, "expected a dtype, found %s", describe(p, token));
-    next(p);
-    return t;
-}
 
 static void enter(Parser *p, Loc loc)
 {
     if (++p->depth > PARSE_MAX_DEPTH)
-        parse_error(p, loc, "nesting deeper than %d levels", PARSE_MAX_DEPTH);
+        ir_lex_error(p, loc, "nesting deeper than %d levels", PARSE_MAX_DEPTH);
 }
 
 static void leave(Parser *p) { p->depth--; }
@@ -452,10 +55,10 @@ static Token *new_var_name(Parser *p)
 {
     Token *token = peek(p);
     if (token->kind != TOKEN_VAR)
-        parse_error(p, token->loc, "expected a variable (%%name), found %s", describe(p, token));
+        ir_lex_error(p, token->loc, "expected a variable (%%name), found %s", ir_lex_describe(p, token));
     next(p);
     if (find_var(p->kernel, token->text))
-        parse_error(p, token->loc, "variable %%%s is defined twice", token->text);
+        ir_lex_error(p, token->loc, "variable %%%s is defined twice", token->text);
     return token;
 }
 
@@ -471,7 +74,7 @@ static Var *parse_var_decl(Parser *p, VarKind kind)
 {
     Var *v = define_var(p, DT_I32, kind);
     if (accept_punct(p, ":"))
-        v->dtype = expect_dtype(p);
+        v->dtype = ir_lex_expect_dtype(p);
     return v;
 }
 
@@ -480,7 +83,7 @@ static Var *use_var(Parser *p)
     Token *token = next(p);
     Var *v = find_var(p->kernel, token->text);
     if (!v)
-        parse_error(p, token->loc, "undefined variable %%%s", token->text);
+        ir_lex_error(p, token->loc, "undefined variable %%%s", token->text);
     return v;
 }
 
@@ -488,11 +91,11 @@ static Buffer *use_buffer(Parser *p)
 {
     Token *token = peek(p);
     if (token->kind != TOKEN_BUFFER)
-        parse_error(p, token->loc, "expected a buffer (@name), found %s", describe(p, token));
+        ir_lex_error(p, token->loc, "expected a buffer (@name), found %s", ir_lex_describe(p, token));
     next(p);
     Buffer *b = find_buffer(p->kernel, token->text);
     if (!b)
-        parse_error(p, token->loc, "undefined buffer @%s", token->text);
+        ir_lex_error(p, token->loc, "undefined buffer @%s", token->text);
     return b;
 }
 
@@ -552,13 +155,13 @@ static Expr **parse_access(Parser *p, Buffer **buffer, Expr **predicate, int *al
 {
     Token *name = peek(p);
     Buffer *b = use_buffer(p);
-    Token *open = expect_punct(p, "[");
+    Token *open = ir_lex_expect_punct(p, "[");
     Expr *items[IR_MAX_RANK + 1];
     int count = 0;
     if (!is_punct(peek(p), "]") && !is_punct(peek(p), ";")) {
         do {
             if (count == IR_MAX_RANK)
-                parse_error(p, peek(p)->loc, "more than %d indices", IR_MAX_RANK);
+                ir_lex_error(p, peek(p)->loc, "more than %d indices", IR_MAX_RANK);
             items[count++] = parse_expr(p);
         } while (accept_punct(p, ","));
     }
@@ -567,21 +170,21 @@ static Expr **parse_access(Parser *p, Buffer **buffer, Expr **predicate, int *al
     while (accept_punct(p, ";")) {
         Token *clause = peek(p);
         if (!clauses)
-            parse_error(p, clause->loc, "an atomic access takes no clauses");
+            ir_lex_error(p, clause->loc, "an atomic access takes no clauses");
         if (accept_word(p, "if")) {
             if (*predicate)
-                parse_error(p, clause->loc, "two 'if' clauses");
+                ir_lex_error(p, clause->loc, "two 'if' clauses");
             *predicate = parse_expr(p);
         } else if (accept_word(p, "align")) {
-            *align_bytes = (int)expect_int(p, "alignment", 1, 1 << 20);
+            *align_bytes = (int)ir_lex_expect_int(p, "alignment", 1, 1 << 20);
         } else {
-            parse_error(p, clause->loc, "expected 'if' or 'align', found %s",
-                        describe(p, clause));
+            ir_lex_error(p, clause->loc, "expected 'if' or 'align', found %s",
+                        ir_lex_describe(p, clause));
         }
     }
-    expect_punct(p, "]");
+    ir_lex_expect_punct(p, "]");
     if (count != b->rank)
-        parse_error(p, open->loc, "@%s has rank %d but %d indices are given", name->text,
+        ir_lex_error(p, open->loc, "@%s has rank %d but %d indices are given", name->text,
                     b->rank, count);
     *buffer = b;
     Expr **indices = arena_alloc(p->arena, sizeof(Expr *) * (size_t)(count ? count : 1));
@@ -594,28 +197,28 @@ static Expr **parse_access(Parser *p, Buffer **buffer, Expr **predicate, int *al
 static int parse_args(Parser *p, Parsed *args, int max)
 {
     int count = 0;
-    expect_punct(p, "(");
+    ir_lex_expect_punct(p, "(");
     if (!is_punct(peek(p), ")")) {
         do {
             if (count == max)
-                parse_error(p, peek(p)->loc, "too many arguments");
+                ir_lex_error(p, peek(p)->loc, "too many arguments");
             args[count++] = parse_expr_bare(p);
         } while (accept_punct(p, ","));
     }
-    expect_punct(p, ")");
+    ir_lex_expect_punct(p, ")");
     return count;
 }
 
 static void expect_count(Parser *p, Token *name, int count, int want)
 {
     if (count != want)
-        parse_error(p, name->loc, "%s takes %d argument%s, not %d", name->text, want,
+        ir_lex_error(p, name->loc, "%s takes %d argument%s, not %d", name->text, want,
                     want == 1 ? "" : "s", count);
 }
 
 static int expect_lanes(Parser *p)
 {
-    return (int)expect_int(p, "lanes", 1, IR_MAX_LANES);
+    return (int)ir_lex_expect_int(p, "lanes", 1, IR_MAX_LANES);
 }
 
 /* call = WORD '(' args ')' | 'bitcast' '<' dtype '>' '(' expr ')'
@@ -627,30 +230,30 @@ static Expr *parse_call(Parser *p, Token *name)
     Kernel *k = p->kernel;
     const char *word = name->text;
     if (strcmp(word, "bitcast") == 0) {
-        expect_punct(p, "<");
-        DType t = expect_dtype(p);
-        expect_punct(p, ">");
-        expect_punct(p, "(");
+        ir_lex_expect_punct(p, "<");
+        DType t = ir_lex_expect_dtype(p);
+        ir_lex_expect_punct(p, ">");
+        ir_lex_expect_punct(p, "(");
         Expr *value = parse_expr(p);
-        expect_punct(p, ")");
+        ir_lex_expect_punct(p, ")");
         return ir_cast(k, CAST_BITCAST, t, value);
     }
     if (strcmp(word, "ramp") == 0) {
-        expect_punct(p, "(");
+        ir_lex_expect_punct(p, "(");
         Expr *base = parse_expr(p);
-        expect_punct(p, ",");
-        int64_t stride = expect_int(p, "ramp stride", INT64_MIN, INT64_MAX);
-        expect_punct(p, ",");
+        ir_lex_expect_punct(p, ",");
+        int64_t stride = ir_lex_expect_int(p, "ramp stride", INT64_MIN, INT64_MAX);
+        ir_lex_expect_punct(p, ",");
         int lanes = expect_lanes(p);
-        expect_punct(p, ")");
+        ir_lex_expect_punct(p, ")");
         return ir_ramp(k, base, stride, lanes);
     }
     if (strcmp(word, "broadcast") == 0) {
-        expect_punct(p, "(");
+        ir_lex_expect_punct(p, "(");
         Expr *value = parse_expr(p);
-        expect_punct(p, ",");
+        ir_lex_expect_punct(p, ",");
         int lanes = expect_lanes(p);
-        expect_punct(p, ")");
+        ir_lex_expect_punct(p, ")");
         return ir_broadcast(k, value, lanes);
     }
     Parsed args[8];
@@ -688,7 +291,7 @@ static Expr *parse_call(Parser *p, Token *name)
         expect_count(p, name, count, 1);
         return ir_cast(k, CAST_CONVERT, t, args[0].expr);
     }
-    parse_error(p, name->loc, "unknown function '%s'", word);
+    ir_lex_error(p, name->loc, "unknown function '%s'", word);
 }
 
 /* A literal: INT, FLOAT, inf, nan, with an optional leading '-'. */
@@ -701,7 +304,7 @@ static Parsed parse_literal(Parser *p, bool negative, Token *token)
          * (the u64 maximum prints back as -1) */
         uint64_t magnitude = token->int_value;
         if (negative && magnitude > (uint64_t)INT64_MAX + 1u)
-            parse_error(p, token->loc, "integer literal out of range");
+            ir_lex_error(p, token->loc, "integer literal out of range");
         int64_t value = (int64_t)(negative ? 0u - magnitude : magnitude);
         result.expr = ir_int(k, DT_I32, value);
     } else if (token->kind == TOKEN_FLOAT) {
@@ -711,7 +314,7 @@ static Parsed parse_literal(Parser *p, bool negative, Token *token)
     } else if (is_word(token, "nan") && !negative) {
         result.expr = ir_float(k, DT_F32, NAN);
     } else {
-        parse_error(p, token->loc, "expected a number after '-' (negate with neg(x))");
+        ir_lex_error(p, token->loc, "expected a number after '-' (negate with neg(x))");
     }
     return result;
 }
@@ -746,13 +349,13 @@ static Parsed parse_primary(Parser *p)
     } else if (is_punct(token, "(")) {
         next(p);
         result = parse_expr_bare(p);
-        expect_punct(p, ")");
+        ir_lex_expect_punct(p, ")");
     } else if (token->kind == TOKEN_IDENT &&
                (is_punct(peek_at(p, 1), "(") || is_word(token, "bitcast"))) {
         next(p);
         result.expr = parse_call(p, token);
     } else {
-        parse_error(p, token->loc, "expected an expression, found %s", describe(p, token));
+        ir_lex_error(p, token->loc, "expected an expression, found %s", ir_lex_describe(p, token));
     }
     if (!result.expr->loc.line)
         result.expr->loc = token->loc;
@@ -768,11 +371,11 @@ static Parsed parse_primary(Parser *p)
             next(p);
             result.expr->dtype = t;
             result.bare = false;
-        } else if (word->text[0] == 'x' && is_digit(word->text[1])) {
+        } else if (word->text[0] == 'x' && word->text[1] >= '0' && word->text[1] <= '9') {
             char *end;
             long lanes = strtol(word->text + 1, &end, 10);
             if (*end || lanes < 1 || lanes > IR_MAX_LANES)
-                parse_error(p, word->loc, "bad lanes suffix '%s' (x1 .. x%d)", word->text,
+                ir_lex_error(p, word->loc, "bad lanes suffix '%s' (x1 .. x%d)", word->text,
                             IR_MAX_LANES);
             next(p);
             next(p);
@@ -842,15 +445,15 @@ static Parsed parse_expr_bare(Parser *p) { return parse_binary(p, 1); }
 static int parse_int_list(Parser *p, int64_t *values, const char *what)
 {
     int count = 0;
-    expect_punct(p, "[");
+    ir_lex_expect_punct(p, "[");
     if (!is_punct(peek(p), "]")) {
         do {
             if (count == IR_MAX_RANK)
-                parse_error(p, peek(p)->loc, "more than %d %s", IR_MAX_RANK, what);
-            values[count++] = expect_int(p, what, INT64_MIN, INT64_MAX);
+                ir_lex_error(p, peek(p)->loc, "more than %d %s", IR_MAX_RANK, what);
+            values[count++] = ir_lex_expect_int(p, what, INT64_MIN, INT64_MAX);
         } while (accept_punct(p, ","));
     }
-    expect_punct(p, "]");
+    ir_lex_expect_punct(p, "]");
     return count;
 }
 
@@ -859,27 +462,27 @@ static int parse_int_list(Parser *p, int64_t *values, const char *what)
 static Layout *parse_layout(Parser *p)
 {
     Layout *layout = arena_alloc(p->arena, sizeof(Layout));
-    expect_word(p, "layout");
-    expect_punct(p, "(");
+    ir_lex_expect_word(p, "layout");
+    ir_lex_expect_punct(p, "(");
     layout->rank = parse_int_list(p, layout->extent, "extents");
-    expect_punct(p, ",");
-    expect_word(p, "threads");
-    layout->threads = (int)expect_int(p, "threads", INT32_MIN, INT32_MAX);
-    expect_punct(p, ",");
-    expect_word(p, "vec");
-    layout->vec = (int)expect_int(p, "vec", INT32_MIN, INT32_MAX);
-    expect_punct(p, ",");
-    expect_word(p, "slots");
-    layout->slots = expect_int(p, "slots", INT64_MIN, INT64_MAX);
+    ir_lex_expect_punct(p, ",");
+    ir_lex_expect_word(p, "threads");
+    layout->threads = (int)ir_lex_expect_int(p, "threads", INT32_MIN, INT32_MAX);
+    ir_lex_expect_punct(p, ",");
+    ir_lex_expect_word(p, "vec");
+    layout->vec = (int)ir_lex_expect_int(p, "vec", INT32_MIN, INT32_MAX);
+    ir_lex_expect_punct(p, ",");
+    ir_lex_expect_word(p, "slots");
+    layout->slots = ir_lex_expect_int(p, "slots", INT64_MIN, INT64_MAX);
     if (accept_punct(p, ",")) {
-        expect_word(p, "reduced");
+        ir_lex_expect_word(p, "reduced");
         layout->reduced = true;
         layout->parent_rank = parse_int_list(p, layout->parent_extent, "extents");
-        expect_punct(p, ",");
-        expect_word(p, "group");
-        layout->group = (int)expect_int(p, "group", INT32_MIN, INT32_MAX);
+        ir_lex_expect_punct(p, ",");
+        ir_lex_expect_word(p, "group");
+        layout->group = (int)ir_lex_expect_int(p, "group", INT32_MIN, INT32_MAX);
     }
-    expect_punct(p, ")");
+    ir_lex_expect_punct(p, ")");
     return layout;
 }
 
@@ -887,15 +490,15 @@ static Layout *parse_layout(Parser *p)
 static int parse_dims(Parser *p, Expr **items)
 {
     int count = 0;
-    expect_punct(p, "[");
+    ir_lex_expect_punct(p, "[");
     if (!is_punct(peek(p), "]")) {
         do {
             if (count == IR_MAX_RANK)
-                parse_error(p, peek(p)->loc, "more than %d dimensions", IR_MAX_RANK);
+                ir_lex_error(p, peek(p)->loc, "more than %d dimensions", IR_MAX_RANK);
             items[count++] = accept_word(p, "_") ? NULL : parse_expr(p);
         } while (accept_punct(p, ","));
     }
-    expect_punct(p, "]");
+    ir_lex_expect_punct(p, "]");
     return count;
 }
 
@@ -916,19 +519,19 @@ static Buffer *parse_buffer_decl(Parser *p)
 {
     Token *name = peek(p);
     if (name->kind != TOKEN_BUFFER)
-        parse_error(p, name->loc, "expected a buffer (@name), found %s", describe(p, name));
+        ir_lex_error(p, name->loc, "expected a buffer (@name), found %s", ir_lex_describe(p, name));
     next(p);
     if (find_buffer(p->kernel, name->text))
-        parse_error(p, name->loc, "buffer @%s is defined twice", name->text);
-    expect_punct(p, ":");
+        ir_lex_error(p, name->loc, "buffer @%s is defined twice", name->text);
+    ir_lex_expect_punct(p, ":");
     Token *scope_token = peek(p);
     Scope scope;
     if (scope_token->kind != TOKEN_IDENT || !scope_from_name(scope_token->text, &scope))
-        parse_error(p, scope_token->loc,
+        ir_lex_error(p, scope_token->loc,
                     "expected a scope (global, shared, fragment, local), found %s",
-                    describe(p, scope_token));
+                    ir_lex_describe(p, scope_token));
     next(p);
-    DType t = expect_dtype(p);
+    DType t = ir_lex_expect_dtype(p);
     Expr *shape[IR_MAX_RANK];
     int rank = parse_dims(p, shape);
     Buffer *b = ir_new_buffer(p->kernel, name->text, t, scope, rank);
@@ -939,7 +542,7 @@ static Buffer *parse_buffer_decl(Parser *p)
         Token *strides_token = peek(p);
         int count = parse_dims(p, strides);
         if (count != rank)
-            parse_error(p, strides_token->loc, "@%s has rank %d but %d strides are given",
+            ir_lex_error(p, strides_token->loc, "@%s has rank %d but %d strides are given",
                         name->text, rank, count);
         memcpy(b->strides, strides, sizeof(Expr *) * (size_t)rank);
     }
@@ -948,11 +551,11 @@ static Buffer *parse_buffer_decl(Parser *p)
     if (is_word(peek(p), "layout"))
         b->layout = parse_layout(p);
     if (accept_word(p, "offset"))
-        b->shared_offset = expect_int(p, "offset", INT64_MIN, INT64_MAX);
+        b->shared_offset = ir_lex_expect_int(p, "offset", INT64_MIN, INT64_MAX);
     if (accept_word(p, "pitch"))
-        b->pitch = expect_int(p, "pitch", INT64_MIN, INT64_MAX);
+        b->pitch = ir_lex_expect_int(p, "pitch", INT64_MIN, INT64_MAX);
     if (accept_word(p, "swizzle"))
-        b->swizzle_shift = (int)expect_int(p, "swizzle", INT32_MIN, INT32_MAX);
+        b->swizzle_shift = (int)ir_lex_expect_int(p, "swizzle", INT32_MIN, INT32_MAX);
     return b;
 }
 
@@ -962,23 +565,23 @@ static Region parse_region(Parser *p)
     Region region = {0};
     Token *name = peek(p);
     region.buffer = use_buffer(p);
-    Token *open = expect_punct(p, "[");
+    Token *open = ir_lex_expect_punct(p, "[");
     int count = 0;
     if (!is_punct(peek(p), "]")) {
         do {
             if (count == IR_MAX_RANK)
-                parse_error(p, peek(p)->loc, "more than %d dimensions", IR_MAX_RANK);
+                ir_lex_error(p, peek(p)->loc, "more than %d dimensions", IR_MAX_RANK);
             region.start[count] = parse_expr(p);
             if (accept_punct(p, ":")) {
-                expect_punct(p, "+");
-                region.extent[count] = expect_int(p, "extent", 1, INT64_MAX);
+                ir_lex_expect_punct(p, "+");
+                region.extent[count] = ir_lex_expect_int(p, "extent", 1, INT64_MAX);
             }
             count++;
         } while (accept_punct(p, ","));
     }
-    expect_punct(p, "]");
+    ir_lex_expect_punct(p, "]");
     if (count != region.buffer->rank)
-        parse_error(p, open->loc, "@%s has rank %d but the region has %d dimensions",
+        ir_lex_error(p, open->loc, "@%s has rank %d but the region has %d dimensions",
                     name->text, region.buffer->rank, count);
     return region;
 }
@@ -990,12 +593,12 @@ static Stmt *parse_stmt(Parser *p);
 /* block = '{' {stmt} '}' -- always a SEQ */
 static Stmt *parse_block(Parser *p)
 {
-    Token *open = expect_punct(p, "{");
+    Token *open = ir_lex_expect_punct(p, "{");
     enter(p, open->loc);
     Stmt *seq = ir_new_stmt(p->kernel, STMT_SEQ, open->loc);
     while (!is_punct(peek(p), "}")) {
         if (peek(p)->kind == TOKEN_EOF)
-            parse_error(p, peek(p)->loc, "expected '}' to close the block opened at %d:%d",
+            ir_lex_error(p, peek(p)->loc, "expected '}' to close the block opened at %d:%d",
                         open->loc.line, open->loc.col);
         ir_seq_append(p->kernel, seq, parse_stmt(p));
     }
@@ -1024,13 +627,13 @@ static void parse_let(Parser *p, Stmt *s, bool mutable)
     DType t = DT_VOID;
     bool typed = accept_punct(p, ":");
     if (typed)
-        t = expect_dtype(p);
+        t = ir_lex_expect_dtype(p);
     if (accept_punct(p, "=")) {
         s->u.let.value = parse_expr_in(p, t);
         if (!typed)
             t = s->u.let.value->dtype;
     } else if (!typed) {
-        parse_error(p, name->loc, "%%%s needs a dtype or a value", name->text);
+        ir_lex_error(p, name->loc, "%%%s needs a dtype or a value", name->text);
     }
     s->u.let.var = ir_new_var(p->kernel, name->text, t, mutable ? VAR_MUTABLE : VAR_LET);
 }
@@ -1041,21 +644,21 @@ static void parse_for(Parser *p, Stmt *s)
     Token *name = new_var_name(p);
     DType t = DT_I32;
     if (accept_punct(p, ":"))
-        t = expect_dtype(p);
-    expect_word(p, "in");
+        t = ir_lex_expect_dtype(p);
+    ir_lex_expect_word(p, "in");
     Token *kind = peek(p);
     if (kind->kind != TOKEN_IDENT || !loop_kind_from_name(kind->text, &s->u.loop.kind))
-        parse_error(p, kind->loc, "expected a loop kind (serial, unroll, vectorized), found %s",
-                    describe(p, kind));
+        ir_lex_error(p, kind->loc, "expected a loop kind (serial, unroll, vectorized), found %s",
+                    ir_lex_describe(p, kind));
     next(p);
-    expect_punct(p, "(");
+    ir_lex_expect_punct(p, "(");
     s->u.loop.begin = parse_expr_in(p, t);
-    expect_punct(p, ",");
+    ir_lex_expect_punct(p, ",");
     s->u.loop.end = parse_expr_in(p, t);
-    expect_punct(p, ")");
+    ir_lex_expect_punct(p, ")");
     s->u.loop.step = 1;
     if (accept_word(p, "step"))
-        s->u.loop.step = expect_int(p, "step", INT64_MIN, INT64_MAX);
+        s->u.loop.step = ir_lex_expect_int(p, "step", INT64_MIN, INT64_MAX);
     s->u.loop.var = ir_new_var(p->kernel, name->text, t, VAR_LOOP);
     s->u.loop.body = parse_block(p);
 }
@@ -1063,23 +666,23 @@ static void parse_for(Parser *p, Stmt *s)
 /* parallel = 'parallel' '(' VAR ':' [dtype] int {',' ...} ')' [layout] block */
 static void parse_parallel(Parser *p, Stmt *s)
 {
-    expect_punct(p, "(");
+    ir_lex_expect_punct(p, "(");
     int rank = 0;
     do {
         if (rank == IR_MAX_RANK)
-            parse_error(p, peek(p)->loc, "more than %d parallel dimensions", IR_MAX_RANK);
+            ir_lex_error(p, peek(p)->loc, "more than %d parallel dimensions", IR_MAX_RANK);
         Var *v = define_var(p, DT_I32, VAR_LOOP);
-        expect_punct(p, ":");
+        ir_lex_expect_punct(p, ":");
         DType t;
         if (peek(p)->kind == TOKEN_IDENT && ir_dtype_from_name(peek(p)->text, &t)) {
             next(p);
             v->dtype = t;
         }
         s->u.parallel.vars[rank] = v;
-        s->u.parallel.extent[rank] = expect_int(p, "extent", INT64_MIN, INT64_MAX);
+        s->u.parallel.extent[rank] = ir_lex_expect_int(p, "extent", INT64_MIN, INT64_MAX);
         rank++;
     } while (accept_punct(p, ","));
-    expect_punct(p, ")");
+    ir_lex_expect_punct(p, ")");
     s->u.parallel.rank = rank;
     if (is_word(peek(p), "layout"))
         s->u.parallel.layout = parse_layout(p);
@@ -1097,14 +700,14 @@ static void parse_reduce(Parser *p, Stmt *s)
         }
     }
     if (!found)
-        parse_error(p, op->loc, "expected a reduction (sum, max, min, absmax), found %s",
-                    describe(p, op));
+        ir_lex_error(p, op->loc, "expected a reduction (sum, max, min, absmax), found %s",
+                    ir_lex_describe(p, op));
     next(p);
     s->u.reduce.src = use_buffer(p);
-    expect_punct(p, "->");
+    ir_lex_expect_punct(p, "->");
     s->u.reduce.dst = use_buffer(p);
-    expect_word(p, "dim");
-    s->u.reduce.dim = (int)expect_int(p, "dim", INT32_MIN, INT32_MAX);
+    ir_lex_expect_word(p, "dim");
+    s->u.reduce.dim = (int)ir_lex_expect_int(p, "dim", INT32_MIN, INT32_MAX);
     s->u.reduce.clear = accept_word(p, "clear");
 }
 
@@ -1119,13 +722,13 @@ static void parse_atomic(Parser *p, Stmt *s)
         }
     }
     if (!found)
-        parse_error(p, op->loc, "expected an atomic op (add, max, min), found %s",
-                    describe(p, op));
+        ir_lex_error(p, op->loc, "expected an atomic op (add, max, min), found %s",
+                    ir_lex_describe(p, op));
     next(p);
     Expr *predicate;
     int align_bytes;
     s->u.atomic.indices = parse_access(p, &s->u.atomic.buffer, &predicate, &align_bytes, false);
-    expect_punct(p, "=");
+    ir_lex_expect_punct(p, "=");
     s->u.atomic.value = parse_expr_in(p, s->u.atomic.buffer->dtype);
 }
 
@@ -1143,12 +746,12 @@ static Stmt *parse_stmt(Parser *p)
     if (token->kind == TOKEN_VAR) {
         Stmt *s = ir_new_stmt(k, STMT_ASSIGN, loc);
         s->u.assign.var = use_var(p);
-        expect_punct(p, "=");
+        ir_lex_expect_punct(p, "=");
         s->u.assign.value = parse_expr_in(p, s->u.assign.var->dtype);
         return s;
     }
     if (token->kind != TOKEN_IDENT)
-        parse_error(p, loc, "expected a statement, found %s", describe(p, token));
+        ir_lex_error(p, loc, "expected a statement, found %s", ir_lex_describe(p, token));
     const char *word = token->text;
     next(p);
     Stmt *s;
@@ -1162,7 +765,7 @@ static Stmt *parse_stmt(Parser *p)
         s = ir_new_stmt(k, STMT_STORE, loc);
         s->u.store.indices = parse_access(p, &s->u.store.buffer, &s->u.store.predicate,
                                           &s->u.store.align_bytes, true);
-        expect_punct(p, "=");
+        ir_lex_expect_punct(p, "=");
         s->u.store.value = parse_expr_in(p, s->u.store.buffer->dtype);
     } else if (strcmp(word, "alloc") == 0) {
         s = ir_new_stmt(k, STMT_ALLOC, loc);
@@ -1185,12 +788,12 @@ static Stmt *parse_stmt(Parser *p)
     } else if (strcmp(word, "copy") == 0) {
         s = ir_new_stmt(k, STMT_COPY, loc);
         s->u.copy.src = parse_region(p);
-        expect_punct(p, "->");
+        ir_lex_expect_punct(p, "->");
         s->u.copy.dst = parse_region(p);
     } else if (strcmp(word, "fill") == 0) {
         s = ir_new_stmt(k, STMT_FILL, loc);
         s->u.fill.dst = parse_region(p);
-        expect_punct(p, "=");
+        ir_lex_expect_punct(p, "=");
         s->u.fill.value = parse_expr_in(p, s->u.fill.dst.buffer->dtype);
     } else if (strcmp(word, "reduce") == 0) {
         s = ir_new_stmt(k, STMT_REDUCE, loc);
@@ -1207,9 +810,9 @@ static Stmt *parse_stmt(Parser *p)
         s = ir_new_stmt(k, STMT_ASSERT, loc);
         s->u.assert_.cond = parse_expr(p);
         if (accept_punct(p, ","))
-            s->u.assert_.message = expect_string(p, "assert message");
+            s->u.assert_.message = ir_lex_expect_string(p, "assert message");
     } else {
-        parse_error(p, loc, "unknown statement '%s'", word);
+        ir_lex_error(p, loc, "unknown statement '%s'", word);
     }
     return s;
 }
@@ -1228,12 +831,12 @@ static void parse_param(Parser *p, PtrVec *params)
     } else {
         param->kind = PARAM_SCALAR;
         param->var = define_var(p, DT_I32, VAR_SCALAR);
-        expect_punct(p, ":");
-        param->var->dtype = expect_dtype(p);
+        ir_lex_expect_punct(p, ":");
+        param->var->dtype = ir_lex_expect_dtype(p);
         param->name = param->var->name;
     }
     if (accept_word(p, "name"))
-        param->name = expect_string(p, "parameter name");
+        param->name = ir_lex_expect_string(p, "parameter name");
     vec_push(p->arena, params, param);
 }
 
@@ -1243,7 +846,7 @@ static void parse_state(Parser *p, Kernel *k)
     for (;;) {
         Token *token = peek(p);
         if (token->kind == TOKEN_INT) {
-            k->state |= (unsigned)expect_int(p, "state", 0, UINT32_MAX);
+            k->state |= (unsigned)ir_lex_expect_int(p, "state", 0, UINT32_MAX);
             continue;
         }
         bool found = false;
@@ -1266,31 +869,31 @@ static void parse_state(Parser *p, Kernel *k)
  *      | 'block' vardecl '=' (x|y|z) {',' ...} */
 static void parse_kernel(Parser *p)
 {
-    Token *start = expect_word(p, "kernel");
+    Token *start = ir_lex_expect_word(p, "kernel");
     Token *name_token = peek(p);
-    const char *name = expect_name(p, "a kernel name");
+    const char *name = ir_lex_expect_name(p, "a kernel name");
     for (int i = 0; i < p->module->nkernels; i++)
         if (strcmp(p->module->kernels[i]->name, name) == 0)
-            parse_error(p, name_token->loc, "kernel %s is defined twice", name);
+            ir_lex_error(p, name_token->loc, "kernel %s is defined twice", name);
     Kernel *k = ir_new_kernel(p->module, name);
     k->loc = start->loc;
     p->kernel = k;
     PtrVec params = {0}, symbols = {0}, constraints = {0};
-    expect_punct(p, "{");
+    ir_lex_expect_punct(p, "{");
     for (;;) {
         Token *item = peek(p);
         if (accept_word(p, "body"))
             break;
         if (accept_word(p, "source")) {
-            k->source_name = expect_name(p, "a source kernel name");
+            k->source_name = ir_lex_expect_name(p, "a source kernel name");
         } else if (accept_word(p, "instance")) {
-            k->instance = expect_name(p, "an instance name");
+            k->instance = ir_lex_expect_name(p, "an instance name");
         } else if (accept_word(p, "state")) {
             parse_state(p, k);
         } else if (accept_word(p, "threads")) {
-            k->threads = (int)expect_int(p, "threads", INT32_MIN, INT32_MAX);
+            k->threads = (int)ir_lex_expect_int(p, "threads", INT32_MIN, INT32_MAX);
         } else if (accept_word(p, "shared_bytes")) {
-            k->shared_bytes = expect_int(p, "shared_bytes", INT64_MIN, INT64_MAX);
+            k->shared_bytes = ir_lex_expect_int(p, "shared_bytes", INT64_MIN, INT64_MAX);
         } else if (accept_word(p, "symbol")) {
             do
                 vec_push(p->arena, &symbols, parse_var_decl(p, VAR_SYMBOL));
@@ -1300,37 +903,37 @@ static void parse_kernel(Parser *p)
         } else if (accept_word(p, "constraint")) {
             Constraint *c = arena_alloc(p->arena, sizeof(Constraint));
             c->loc = item->loc;
-            c->text = expect_string(p, "the constraint's source text");
+            c->text = ir_lex_expect_string(p, "the constraint's source text");
             c->cond = parse_expr(p);
             vec_push(p->arena, &constraints, c);
         } else if (accept_word(p, "grid")) {
             for (int i = 0; i < 3; i++) {
                 if (i)
-                    expect_punct(p, ",");
+                    ir_lex_expect_punct(p, ",");
                 k->grid[i] = parse_expr(p);
             }
         } else if (accept_word(p, "block")) {
             do {
                 Var *v = parse_var_decl(p, VAR_BLOCK);
-                expect_punct(p, "=");
+                ir_lex_expect_punct(p, "=");
                 Token *dim = peek(p);
                 int index = is_word(dim, "x") ? 0 : is_word(dim, "y") ? 1
                           : is_word(dim, "z") ? 2 : -1;
                 if (index < 0)
-                    parse_error(p, dim->loc, "expected x, y or z, found %s", describe(p, dim));
+                    ir_lex_error(p, dim->loc, "expected x, y or z, found %s", ir_lex_describe(p, dim));
                 next(p);
                 if (k->block_vars[index])
-                    parse_error(p, dim->loc, "two block variables for %s", dim->text);
+                    ir_lex_error(p, dim->loc, "two block variables for %s", dim->text);
                 v->block_dim = index;
                 k->block_vars[index] = v;
             } while (accept_punct(p, ","));
         } else {
-            parse_error(p, item->loc, "expected a kernel item or 'body', found %s",
-                        describe(p, item));
+            ir_lex_error(p, item->loc, "expected a kernel item or 'body', found %s",
+                        ir_lex_describe(p, item));
         }
     }
     k->body = parse_block(p);
-    expect_punct(p, "}");
+    ir_lex_expect_punct(p, "}");
     k->nparams = params.count;
     k->params = arena_alloc(p->arena, sizeof(Param) * (size_t)(params.count + 1));
     for (int i = 0; i < params.count; i++)
@@ -1356,14 +959,14 @@ Module *ir_parse(Arena *arena, Diag *diag, const char *file, const char *text)
     diag_add_source(diag, p->file, p->text);
     if (setjmp(p->fail))
         return NULL;
-    tokenize(p);
+    ir_lex_tokenize(p);
     const char *arch = "sm_90a";
     if (accept_word(p, "arch"))
-        arch = expect_name(p, "an architecture (sm_90a)");
+        arch = ir_lex_expect_name(p, "an architecture (sm_90a)");
     p->module = ir_new_module(arena, arch);
     while (peek(p)->kind != TOKEN_EOF) {
         if (!is_word(peek(p), "kernel"))
-            parse_error(p, peek(p)->loc, "expected 'kernel', found %s", describe(p, peek(p)));
+            ir_lex_error(p, peek(p)->loc, "expected 'kernel', found %s", ir_lex_describe(p, peek(p)));
         parse_kernel(p);
     }
     return p->module;

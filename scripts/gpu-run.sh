@@ -15,7 +15,7 @@
 #                loads/stores, local-memory loads/stores (spills)
 #   summary.txt  the short summary printed last
 # Environment: TEST_JOBS (parallel Criterion jobs, default 4), and the
-# tests' own TK_FULL_TEST, TK_TEST_SEED, TK_REF_THREADS.
+# tests' own TK_TEST_SEED and TK_REF_THREADS.
 # Exit status: 0 when everything that ran passed.
 set -u
 

@@ -904,6 +904,22 @@ Test(ir_text, parse_errors)
     free(deep);
 }
 
+/* Hand-written shorthands read as the printer's canonical form. */
+Test(ir_text, shorthands_normalise)
+{
+    Arena *arena = arena_new();
+    Module *m = parse_ok(arena,
+                         "// a comment\n"
+                         "kernel k {  # another\n"
+                         "  threads 4 body { let %a: i64 = 0x10 let %b: f32 = ((1.5)) * 2.0 }\n"
+                         "}\n");
+    char *text = print_module_text(m);
+    cr_assert_str_eq(text, "arch sm_90a\n\nkernel k {\n  threads 4\n  grid 1, 1, 1\n  body {\n"
+                           "    let %a = 16:i64\n    let %b = 1.5 * 2.0\n  }\n}\n");
+    free(text);
+    arena_free(arena);
+}
+
 Test(ir_text, diagnostics_show_source_line_and_caret)
 {
     expect_parse_error("kernel k {\n  body {\n    eval %missing\n  }\n}\n",

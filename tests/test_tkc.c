@@ -492,6 +492,52 @@ Test(codegen, hand_built_kernel_llvm_ir_and_sm_100a) {
     arena_free(arena);
 }
 
+/* A unit ramp along a dimension with a run-time stride is a gather, not
+ * one vector load (cast_back's scale tensor has strides [s0, s1]). */
+Test(codegen, ramp_over_runtime_stride_is_a_gather) {
+    Arena *arena = arena_new();
+    Diag diag;
+    diag_init(&diag, stderr);
+    Module *m = ir_new_module(arena, "sm_90a");
+    Kernel *k = ir_new_kernel(m, "strided__kernel");
+    k->threads = 32;
+    Var *n = ir_new_var(k, "N", DT_I32, VAR_SYMBOL);
+    Var *stride = ir_new_var(k, "S", DT_I32, VAR_SYMBOL);
+    k->symbols = arena_alloc(arena, 2 * sizeof(Var *));
+    k->symbols[0] = n;
+    k->symbols[1] = stride;
+    k->nsymbols = 2;
+    Buffer *src = ir_new_buffer(k, "src", DT_F32, SCOPE_GLOBAL, 1);
+    Buffer *dst = ir_new_buffer(k, "dst", DT_F32, SCOPE_GLOBAL, 1);
+    src->shape[0] = ir_var(k, n);
+    src->strides[0] = ir_var(k, stride);
+    src->read_only = true;
+    dst->shape[0] = ir_var(k, n);
+    dst->strides[0] = i32(k, 1);
+    k->params = arena_alloc(arena, 2 * sizeof(Param));
+    Buffer *tensors[2] = {src, dst};
+    for (int i = 0; i < 2; i++) {
+        tensors[i]->param_index = i;
+        k->params[i] = (Param){tensors[i]->name, PARAM_TENSOR, tensors[i], NULL};
+    }
+    k->nparams = 2;
+    Expr *base = ir_binary(k, BIN_MUL, ir_call(k, INTR_THREAD_IDX, DT_I32, NULL, 0), i32(k, 4));
+    Expr *pred = ir_broadcast(k, ir_binary(k, BIN_LT, base, ir_var(k, n)), 4);
+    ir_seq_append(k, k->body, store(k, dst, ir_ramp(k, base, 1, 4),
+                                    load(k, src, ir_ramp(k, base, 1, 4), pred, 0), pred, 16));
+    char *ptx = codegen_module(m, &diag, CODEGEN_PTX);
+    cr_assert_not_null(ptx);
+    cr_assert_null(strstr(ptx, "ld.global.nc.v"), "strided source read as a vector:\n%s", ptx);
+    int scalar_loads = 0;
+    for (const char *p = ptx; (p = strstr(p, "ld.global.nc.b32")); p++) scalar_loads++;
+    cr_assert_eq(scalar_loads, 4, "expected 4 scalar loads:\n%s", ptx);
+    /* lane i is at (base + i) * S, never at a constant byte offset from lane 0 */
+    cr_assert_null(strstr(ptx, "+4]"), "strided lanes addressed as contiguous:\n%s", ptx);
+    cr_assert(strstr(ptx, "st.global.v4.b32"), "unit-stride destination not one vector store:\n%s", ptx);
+    free(ptx);
+    arena_free(arena);
+}
+
 /* An e2m1 tensor is a diagnostic, not a crash. */
 Test(codegen, e2m1_access_is_a_diagnostic) {
     Arena *arena = arena_new();
