@@ -14,7 +14,6 @@
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
-#include <string.h>
 
 #include "reference.h"
 
