@@ -35,6 +35,7 @@ typedef struct {
     bool ok;
     PtrVec failed; /* fragments whose layout an error left unset: later
                       reads of them are not reported again */
+    PtrVec all_loops;  /* every PARALLEL, filled on first use */
 } InferCtx;
 
 /* One access of a buffer inside a PARALLEL body. */
@@ -163,18 +164,20 @@ static bool contiguous_in(LoopScan *scan, Expr *e, const Var *var)
            (contiguous_in(scan, a, var) && !uses_var(scan, b, var));
 }
 
-/* The vec of a free loop: the widest vector every contiguous global or
- * shared access allows, cut down to a power of two dividing the innermost
- * extent.  Coarse per-thread work (inner loops, e.g. the transpose's
- * register patch) keeps one element per chunk. */
-static int choose_vec(LoopScan *scan, Stmt *loop)
+/* The vec of a free loop: one full 16-byte vector of the NARROWEST
+ * contiguous global or shared access (so a cast from e4m3 to bf16 moves 16
+ * e4m3 bytes and 32 bf16 bytes per chunk: every access is a whole number
+ * of 16-byte vectors), but no access wider than IR_LAYOUT_MAX_CHUNK_BYTES,
+ * cut down to a power of two dividing the innermost extent.  Coarse
+ * per-thread work (inner loops, e.g. the transpose's register patch) keeps
+ * one element per chunk. */
+#define IR_LAYOUT_MAX_CHUNK_BYTES 64
+/* Widest-vector candidates of one scanned loop (see choose_vec). */
+static void vec_candidates(LoopScan *scan, Stmt *loop, int64_t *best,
+                           int64_t *widest_bits)
 {
-    if (scan->serial_work)
-        return 1;
     int rank = loop->u.parallel.rank;
     const Var *inner = loop->u.parallel.vars[rank - 1];
-    int64_t extent = loop->u.parallel.extent[rank - 1];
-    int64_t best = 0;
     for (int i = 0; i < scan->accesses.count; i++) {
         Access *a = scan->accesses.items[i];
         Buffer *b = a->buffer;
@@ -183,10 +186,34 @@ static int choose_vec(LoopScan *scan, Stmt *loop)
             continue;
         if (!contiguous_in(scan, a->indices[b->rank - 1], inner))
             continue;
-        int64_t lanes = IR_VECTOR_BYTES * 8 / ir_dtype_bits(b->dtype);
-        if (best == 0 || lanes < best)
-            best = lanes;
+        int64_t bits = ir_dtype_bits(b->dtype);
+        int64_t lanes = IR_VECTOR_BYTES * 8 / bits;
+        if (lanes > *best)
+            *best = lanes;
+        if (bits > *widest_bits)
+            *widest_bits = bits;
     }
+}
+
+/* `consumers` are the later loops over the same extents that read the
+ * fragments this loop writes: they adopt its layout, so their memory
+ * accesses count too (per_token_cast's bf16 loads and e4m3 stores). */
+static int choose_vec(LoopScan *scan, Stmt *loop, LoopScan **consumers,
+                      Stmt **consumer_loops, int nconsumers)
+{
+    if (scan->serial_work)
+        return 1;
+    int rank = loop->u.parallel.rank;
+    int64_t extent = loop->u.parallel.extent[rank - 1];
+    int64_t best = 0, widest_bits = 0;
+    vec_candidates(scan, loop, &best, &widest_bits);
+    for (int i = 0; i < nconsumers; i++) {
+        if (consumers[i]->serial_work)
+            return 1;
+        vec_candidates(consumers[i], consumer_loops[i], &best, &widest_bits);
+    }
+    while (best > 1 && best * widest_bits > IR_LAYOUT_MAX_CHUNK_BYTES * 8)
+        best /= 2;
     int vec = 1;
     while (vec * 2 <= best && extent % (vec * 2) == 0)
         vec *= 2;
@@ -278,6 +305,59 @@ static void check_fragment_access(InferCtx *ctx, Stmt *loop, Access *a,
               b->name, loop_vars_text(k, loop, count));
 }
 
+/* ---- consumers of a free loop's fragments -------------------------- */
+
+#define MAX_CONSUMERS 8
+
+static void collect_parallel(void *opaque, Stmt *s)
+{
+    InferCtx *ctx = opaque;
+    if (s->kind == STMT_PARALLEL)
+        vec_push(ctx->k->arena, &ctx->all_loops, s);
+}
+
+static LoopScan *scan_loop(InferCtx *ctx, Stmt *loop)
+{
+    Kernel *k = ctx->k;
+    LoopScan *scan = arena_alloc(k->arena, sizeof *scan);
+    *scan = (LoopScan){.ctx = ctx, .nlets = k->nvars};
+    scan->lets = arena_alloc(k->arena, sizeof(Expr *) * (size_t)(k->nvars + 1));
+    pass_visit_stmts(loop->u.parallel.body, scan_stmt, scan);
+    return scan;
+}
+
+/* Later loops with the same extents that access a fragment `scan` writes. */
+static int find_consumers(InferCtx *ctx, LoopScan *scan, Stmt *loop,
+                          LoopScan **consumers, Stmt **consumer_loops)
+{
+    if (!ctx->all_loops.count)
+        pass_visit_stmts(ctx->k->body, collect_parallel, ctx);
+    int n = 0, rank = loop->u.parallel.rank;
+    bool after = false;
+    for (int i = 0; i < ctx->all_loops.count && n < MAX_CONSUMERS; i++) {
+        Stmt *other = ctx->all_loops.items[i];
+        if (other == loop) { after = true; continue; }
+        if (!after || other->u.parallel.rank != rank ||
+            !same_extents(other->u.parallel.extent, loop->u.parallel.extent, rank))
+            continue;
+        LoopScan *other_scan = scan_loop(ctx, other);
+        bool shares = false;
+        for (int a = 0; a < scan->accesses.count && !shares; a++) {
+            Access *w = scan->accesses.items[a];
+            if (w->buffer->scope != SCOPE_FRAGMENT || !w->store)
+                continue;
+            for (int b = 0; b < other_scan->accesses.count; b++)
+                if (((Access *)other_scan->accesses.items[b])->buffer == w->buffer)
+                    shares = true;
+        }
+        if (shares) {
+            consumers[n] = other_scan;
+            consumer_loops[n++] = other;
+        }
+    }
+    return n;
+}
+
 static void infer_parallel(InferCtx *ctx, Stmt *loop)
 {
     Kernel *k = ctx->k;
@@ -330,8 +410,12 @@ static void infer_parallel(InferCtx *ctx, Stmt *loop)
     if (!layout) {
         if (k->threads <= 0)
             ice("kernel %s has no thread count", k->name);
+        LoopScan *consumers[MAX_CONSUMERS];
+        Stmt *consumer_loops[MAX_CONSUMERS];
+        int n = find_consumers(ctx, &scan, loop, consumers, consumer_loops);
         layout = pass_new_tile_layout(k, rank, extent, k->threads,
-                                      choose_vec(&scan, loop));
+                                      choose_vec(&scan, loop, consumers,
+                                                 consumer_loops, n));
     }
     loop->u.parallel.layout = layout;
 

@@ -10,8 +10,10 @@
  *     contiguous; its alignment is the largest power of two that
  *     facts_modular proves divides lane 0's byte offset (global base
  *     pointers are 16-byte aligned, shared buffers 128-byte aligned), and
- *     at most 16 bytes (LDG.E.128).  When V elements do not fit one
- *     aligned access the loop is split into unroll(V/L) x vector(L);
+ *     at most 16 bytes (LDG.E.128).  A 16-byte aligned access may be
+ *     wider (codegen/LLVM splits it into aligned 16-byte pieces); when the
+ *     proven alignment is smaller than the access, the loop is split into
+ *     unroll(V/L) x vector(L);
  *   - a comparison a + v < b whose sides are congruent enough that every
  *     lane agrees (base = 8k, H = 64k, V = 8) is evaluated once, on lane
  *     0, and the access gets a BROADCAST predicate: one predicate per
@@ -286,6 +288,11 @@ static int contiguous_lanes(Vectorizer *z, Buffer *b, Expr **indices, int lanes)
     }
     int align = access_alignment(z, b, lane0); /* <= 16 bytes */
     int bits = ir_dtype_bits(b->dtype);
+    /* A 16-byte aligned access wider than 16 bytes is fine: LLVM splits
+     * it into aligned 16-byte pieces (e.g. the 32 bf16 bytes of a cast
+     * from 16 e4m3 lanes), so only a smaller proven alignment narrows. */
+    if (align >= IR_VECTOR_BYTES || (int64_t)align * 8 >= (int64_t)lanes * bits)
+        return lanes;
     int fit = bits > 0 ? align * 8 / bits : 1;
     return fit < 1 ? 1 : fit;
 }
