@@ -737,10 +737,10 @@ static void run_lowered(const int64_t *extent, int rank, int threads,
     arena_free(arena);
 }
 
-Test(lowered, per_token_cast_bf16)   /* vec 8, group 4, two slots */
+Test(lowered, per_token_cast_bf16)   /* f32 y store caps vec at 4: group 8 */
 {
     int64_t e[] = {4, 16, 32};
-    run_lowered(e, 3, 128, "bf16", "absmax", 8);
+    run_lowered(e, 3, 128, "bf16", "absmax", 4);
 }
 
 Test(lowered, f32_group_32)          /* vec 4, group 32, four slots */
@@ -755,20 +755,20 @@ Test(lowered, partial_chunks_max)    /* 48 chunks over 128 threads */
     run_lowered(e, 2, 128, "f32", "max", 4);
 }
 
-Test(lowered, odd_extents_sum)       /* 15 chunks of 16 e4m3, group 1 */
+Test(lowered, odd_extents_sum)       /* 60 chunks of 4 (f32 store), group 4 */
 {
     int64_t e[] = {5, 3, 16};
-    run_lowered(e, 3, 64, "e4m3", "sum", 16);
+    run_lowered(e, 3, 64, "e4m3", "sum", 4);
 }
 
-Test(lowered, rank4_partial_slot)    /* 96 chunks: 2 slots of 64, guard */
+Test(lowered, rank4_partial_slot)    /* 192 chunks of 4: 3 slots of 64 */
 {
     int64_t e[] = {2, 3, 2, 64};
-    run_lowered(e, 4, 64, "bf16", "sum", 8);
+    run_lowered(e, 4, 64, "bf16", "sum", 4);
 }
 
-Test(lowered, vec_limited_by_extent) /* e4m3 allows 16, extent 8 gives 8 */
+Test(lowered, vec_limited_by_extent) /* e4m3 allows 16, the f32 store 4 */
 {
     int64_t e[] = {7, 24, 8};
-    run_lowered(e, 3, 96, "e4m3", "max", 8);
+    run_lowered(e, 3, 96, "e4m3", "max", 4);
 }

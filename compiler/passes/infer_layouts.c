@@ -165,16 +165,17 @@ static bool contiguous_in(LoopScan *scan, Expr *e, const Var *var)
 }
 
 /* The vec of a free loop: one full 16-byte vector of the NARROWEST
- * contiguous global or shared access (so a cast from e4m3 to bf16 moves 16
- * e4m3 bytes and 32 bf16 bytes per chunk: every access is a whole number
- * of 16-byte vectors), but no access wider than IR_LAYOUT_MAX_CHUNK_BYTES,
+ * contiguous global or shared access (so a cast from bf16 to e4m3 loads 32
+ * bf16 bytes and stores 16 e4m3 bytes per chunk: every access is a whole
+ * number of 16-byte vectors), but no store wider than 16 bytes and no load
+ * wider than IR_LAYOUT_MAX_CHUNK_BYTES,
  * cut down to a power of two dividing the innermost extent.  Coarse
  * per-thread work (inner loops, e.g. the transpose's register patch) keeps
  * one element per chunk. */
 #define IR_LAYOUT_MAX_CHUNK_BYTES 64
 /* Widest-vector candidates of one scanned loop (see choose_vec). */
 static void vec_candidates(LoopScan *scan, Stmt *loop, int64_t *best,
-                           int64_t *widest_bits)
+                           int64_t *widest_bits, int64_t *widest_store_bits)
 {
     int rank = loop->u.parallel.rank;
     const Var *inner = loop->u.parallel.vars[rank - 1];
@@ -192,6 +193,8 @@ static void vec_candidates(LoopScan *scan, Stmt *loop, int64_t *best,
             *best = lanes;
         if (bits > *widest_bits)
             *widest_bits = bits;
+        if (a->store && bits > *widest_store_bits)
+            *widest_store_bits = bits;
     }
 }
 
@@ -205,13 +208,21 @@ static int choose_vec(LoopScan *scan, Stmt *loop, LoopScan **consumers,
         return 1;
     int rank = loop->u.parallel.rank;
     int64_t extent = loop->u.parallel.extent[rank - 1];
-    int64_t best = 0, widest_bits = 0;
-    vec_candidates(scan, loop, &best, &widest_bits);
+    int64_t best = 0, widest_bits = 0, widest_store_bits = 0;
+    vec_candidates(scan, loop, &best, &widest_bits, &widest_store_bits);
     for (int i = 0; i < nconsumers; i++) {
         if (consumers[i]->serial_work)
             return 1;
-        vec_candidates(consumers[i], consumer_loops[i], &best, &widest_bits);
+        vec_candidates(consumers[i], consumer_loops[i], &best, &widest_bits,
+                       &widest_store_bits);
     }
+    /* Stores stay one 16-byte vector per thread: two adjacent 16-byte
+     * stores per lane leave every 32-byte sector half written by each
+     * instruction, and the H200's L2 then reads the sector back from DRAM
+     * (cast_back at 32 bytes per lane measured 65 % of copy bandwidth
+     * against 86 % at 16).  Loads may be wider: L1 absorbs the second. */
+    while (best > 1 && best * widest_store_bits > IR_VECTOR_BYTES * 8)
+        best /= 2;
     while (best > 1 && best * widest_bits > IR_LAYOUT_MAX_CHUNK_BYTES * 8)
         best /= 2;
     int vec = 1;
