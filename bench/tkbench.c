@@ -13,6 +13,10 @@
  * read once + every output written once (scale factors included, at their
  * logical size, as TileKernels' count_bytes counts them).
  *
+ * The rows of this file (transposes, per_token_cast, cast_back) are
+ * built in; kernel families add theirs from bench/bench_<family>.c
+ * through bench.h's registry (TKB_REGISTER), timed the same way.
+ *
  * Usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE]
  * Exit status: 0 all checks passed, 1 a check or launch failed, 2 no
  * device or a setup error.
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
@@ -73,6 +78,7 @@ static const bench BENCHES[] = {
 #define NUM_BENCHES (sizeof BENCHES / sizeof BENCHES[0])
 
 typedef struct result {
+    const char *kernel;
     char label[160]; /* kernel shape config, what --filter matches */
     char shape[48], config[64];
     double bytes;
@@ -339,6 +345,14 @@ static void describe(const bench *b, result *r) {
                  b->round_sf ? " round" : "");
     }
     snprintf(r->label, sizeof r->label, "%s %s %s", b->name, r->shape, r->config);
+    r->kernel = b->name;
+}
+
+static void describe_case(const tkb_case *c, result *r) {
+    snprintf(r->shape, sizeof r->shape, "%s", c->shape);
+    snprintf(r->config, sizeof r->config, "%s", c->config);
+    snprintf(r->label, sizeof r->label, "%s %s %s", c->kernel, r->shape, r->config);
+    r->kernel = c->kernel;
 }
 
 static bool alloc_buffers(const bench_context *ctx, bench_buffers *buf) {
@@ -445,6 +459,120 @@ static bool run_bench(bench_context *ctx, const bench *b, result *r) {
     return ok && checked;
 }
 
+/* ---- registered cases (bench.h) ------------------------------------------- */
+
+#define MAX_REGISTERED 256
+static const tkb_case *registered[MAX_REGISTERED];
+static int nregistered;
+
+void tkb_register(const tkb_case *cases, int count)
+{
+    for (int i = 0; i < count && nregistered < MAX_REGISTERED; i++)
+        registered[nregistered++] = &cases[i];
+}
+
+
+bool tkb_alloc(const tkb_context *ctx, CUdeviceptr *ptr, size_t bytes)
+{
+    *ptr = 0;
+    CUresult r = ctx->cu->cuMemAlloc(ptr, bytes ? bytes : 16);
+    if (r != CUDA_SUCCESS)
+        fprintf(stderr, "tkbench: cuMemAlloc(%zu) failed (%d)\n", bytes, (int)r);
+    return r == CUDA_SUCCESS;
+}
+
+void tkb_free(const tkb_context *ctx, CUdeviceptr ptr)
+{
+    if (ptr)
+        ctx->cu->cuMemFree(ptr);
+}
+
+bool tkb_upload(const tkb_context *ctx, CUdeviceptr dst, const void *src, size_t bytes)
+{
+    return !bytes || ctx->cu->cuMemcpyHtoD(dst, src, bytes) == CUDA_SUCCESS;
+}
+
+bool tkb_download(const tkb_context *ctx, void *dst, CUdeviceptr src, size_t bytes)
+{
+    return !bytes || ctx->cu->cuMemcpyDtoH(dst, src, bytes) == CUDA_SUCCESS;
+}
+
+bool tkb_poison(const tkb_context *ctx, CUdeviceptr ptr, size_t bytes)
+{
+    return !bytes || ctx->cu->cuMemsetD8(ptr, 0xFF, bytes) == CUDA_SUCCESS;
+}
+
+tk_tensor tkb_tensor(CUdeviceptr data, tk_dtype dtype, int rank, const int64_t *shape,
+                     const int64_t *strides)
+{
+    tk_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = device_address(data);
+    t.dtype = dtype;
+    t.rank = rank;
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        t.shape[d] = shape[d];
+        t.strides[d] = strides ? strides[d] : stride;
+        stride *= shape[d] > 0 ? shape[d] : 1;
+    }
+    return t;
+}
+
+/* Times a registered case exactly as run_bench times the built-in rows. */
+static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
+{
+    tkb_context tctx = {ctx->api, INPUT_SEED};
+    void *state = NULL;
+    r->check = "error";
+    r->bytes = 0;
+    r->median_us = r->min_us = r->p20_us = r->p80_us = r->gbs = r->percent_copy = 0;
+    r->detail[0] = 0;
+    if (!c->setup(&tctx, c, &state, &r->bytes)) {
+        snprintf(r->detail, sizeof r->detail, "setup failed: %s", tk_last_error());
+        if (state)
+            c->teardown(&tctx, state);
+        return false;
+    }
+    tk_status status = c->launch(state);
+    if (status != TK_SUCCESS || !CU(ctx, cuCtxSynchronize())) {
+        snprintf(r->detail, sizeof r->detail, "launch: %s: %s", tk_status_string(status),
+                 tk_last_error());
+        c->teardown(&tctx, state);
+        return false;
+    }
+    bool checked = c->verify(&tctx, state, r->detail, sizeof r->detail);
+    r->check = checked ? "ok" : "FAIL";
+    float *times = malloc((size_t)ctx->iters * sizeof *times);
+    bool ok = times != NULL;
+    for (int i = 0; ok && i < ctx->iters; i++) {
+        ok = CU(ctx, cuMemsetD32(ctx->flush, (unsigned)i, FLUSH_BYTES / 4)) &&
+             CU(ctx, cuEventRecord(ctx->start, NULL));
+        if (ok && (status = c->launch(state)) != TK_SUCCESS) {
+            snprintf(r->detail, sizeof r->detail, "timed launch: %s: %s",
+                     tk_status_string(status), tk_last_error());
+            ok = false;
+        }
+        ok = ok && CU(ctx, cuEventRecord(ctx->stop, NULL)) &&
+             CU(ctx, cuEventSynchronize(ctx->stop)) &&
+             CU(ctx, cuEventElapsedTime(&times[i], ctx->start, ctx->stop));
+    }
+    if (ok) {
+        qsort(times, (size_t)ctx->iters, sizeof *times, compare_floats);
+        r->median_us = quantile(times, ctx->iters, 0.5) * 1e3;
+        r->min_us = times[0] * 1e3;
+        r->p20_us = quantile(times, ctx->iters, 0.2) * 1e3;
+        r->p80_us = quantile(times, ctx->iters, 0.8) * 1e3;
+        r->gbs = r->bytes / (r->median_us * 1e-6) / 1e9;
+        r->percent_copy = ctx->copy_gbs > 0 ? 100.0 * r->gbs / ctx->copy_gbs : 0;
+    } else {
+        r->check = "error";
+    }
+    free(times);
+    c->teardown(&tctx, state);
+    return ok && checked;
+}
+
 /* ---- driver ------------------------------------------------------------------- */
 
 static void usage(FILE *out) {
@@ -456,15 +584,15 @@ static void usage(FILE *out) {
 }
 
 static void write_csv(FILE *out, const bench_context *ctx, const result *results,
-                      const bool *selected) {
+                      const bool *selected, size_t total) {
     fprintf(out, "kernel,shape,config,bytes,time_us,min_us,p20_us,p80_us,gbs,pct_copy,check\n");
     fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok\n", 2.0 * (double)COPY_BYTES,
             2.0 * (double)COPY_BYTES / (ctx->copy_gbs * 1e9) * 1e6, ctx->copy_gbs);
-    for (size_t i = 0; i < NUM_BENCHES; i++) {
+    for (size_t i = 0; i < total; i++) {
         if (!selected[i])
             continue;
         const result *r = &results[i];
-        fprintf(out, "%s,%s,%s,%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s\n", BENCHES[i].name, r->shape,
+        fprintf(out, "%s,%s,%s,%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s\n", r->kernel, r->shape,
                 r->config, r->bytes, r->median_us, r->min_us, r->p20_us, r->p80_us, r->gbs,
                 r->percent_copy, r->check);
     }
@@ -513,28 +641,36 @@ int main(int argc, char **argv) {
         !CU(&ctx, cuMemAlloc(&ctx.flush, FLUSH_BYTES)) || !measure_copy(&ctx))
         return 2;
 
-    result results[NUM_BENCHES];
-    bool selected[NUM_BENCHES];
+    size_t total = NUM_BENCHES + (size_t)nregistered;
+    result *results = calloc(total, sizeof *results);
+    bool *selected = calloc(total, sizeof *selected);
+    if (!results || !selected)
+        return 2;
     bool all_ok = true;
     int ran = 0;
-    for (size_t i = 0; i < NUM_BENCHES; i++) {
-        describe(&BENCHES[i], &results[i]);
+    for (size_t i = 0; i < total; i++) {
+        if (i < NUM_BENCHES)
+            describe(&BENCHES[i], &results[i]);
+        else
+            describe_case(registered[i - NUM_BENCHES], &results[i]);
         selected[i] = !filter || strstr(results[i].label, filter);
         if (!selected[i])
             continue;
         fprintf(stderr, "tkbench: %s ...\n", results[i].label);
-        if (!run_bench(&ctx, &BENCHES[i], &results[i]))
+        bool ok = i < NUM_BENCHES ? run_bench(&ctx, &BENCHES[i], &results[i])
+                                  : run_case(&ctx, registered[i - NUM_BENCHES], &results[i]);
+        if (!ok)
             all_ok = false;
         ran++;
     }
 
-    printf("\n%-18s %-14s %-38s %10s %9s %7s  %s\n", "kernel", "shape", "config", "time us",
+    printf("\n%-22s %-14s %-38s %10s %9s %7s  %s\n", "kernel", "shape", "config", "time us",
            "GB/s", "% copy", "check");
-    for (size_t i = 0; i < NUM_BENCHES; i++) {
+    for (size_t i = 0; i < total; i++) {
         if (!selected[i])
             continue;
         const result *r = &results[i];
-        printf("%-18s %-14s %-38s %10.2f %9.1f %7.1f  %s%s%s\n", BENCHES[i].name, r->shape,
+        printf("%-22s %-14s %-38s %10.2f %9.1f %7.1f  %s%s%s\n", r->kernel, r->shape,
                r->config, r->median_us, r->gbs, r->percent_copy, r->check,
                r->detail[0] ? ": " : "", r->detail);
     }
@@ -547,9 +683,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "tkbench: cannot write %s\n", csv_path);
             return 2;
         }
-        write_csv(csv, &ctx, results, selected);
+        write_csv(csv, &ctx, results, selected, total);
         fclose(csv);
     }
+    free(results);
+    free(selected);
     ctx.api->cuMemFree(ctx.flush);
     ctx.api->cuEventDestroy(ctx.start);
     ctx.api->cuEventDestroy(ctx.stop);

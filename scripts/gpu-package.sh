@@ -4,7 +4,7 @@
 # Runs on the build machine (Debian 12).  Builds Release in build-gpu/, then
 # assembles .gpu/ (gitignored; must stay under 60 MiB, the device tool
 # carries at most 64 MiB):
-#   .gpu/bin/      test_gpu_kernels, test_runtime, test_reference, tkbench
+#   .gpu/bin/      test_gpu_*, test_runtime, test_reference, tkbench
 #   .gpu/lib/      libtk.so*, and every shared library those need that the
 #                  H200 machine (Ubuntu 24.04) lacks: everything ldd resolves
 #                  except glibc's own libraries and libcuda (toolchain.md 10)
@@ -23,13 +23,12 @@ dest="$root/.gpu"
 jobs=${JOBS:-2}
 limit_mib=60
 
-targets=(tk test_gpu_kernels test_reference tkbench)
-# test_runtime belongs to the runtime's author; package it once it exists
-if [[ -f "$root/tests/test_runtime.c" ]]; then
-    targets+=(test_runtime)
-else
-    echo "gpu-package: tests/test_runtime.c does not exist yet; packaging without it" >&2
-fi
+# every GPU test binary (tests/test_gpu_*.c), the CPU tests worth running
+# there too, and the benchmark
+targets=(tk test_reference test_runtime tkbench)
+for source in "$root"/tests/test_gpu_*.c; do
+    [[ -f $source ]] && targets+=("$(basename "$source" .c)")
+done
 
 cmake -S "$root" -B "$build" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,--as-needed" \

@@ -45,7 +45,11 @@ status=0
 run_tests() {
     : >"$logs/tests.log"
     : >"$logs/tests.tap"
-    for test in test_reference test_runtime test_gpu_kernels; do
+    local tests=(test_reference test_runtime)
+    for binary in "$package"/bin/test_gpu_*; do
+        [[ -x $binary ]] && tests+=("$(basename "$binary")")
+    done
+    for test in "${tests[@]}"; do
         local binary="$package/bin/$test"
         if [[ ! -x $binary ]]; then
             summary+=("$test: not packaged")

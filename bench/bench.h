@@ -1,0 +1,74 @@
+/*
+ * bench.h -- how a kernel family plugs its rows into tkbench.
+ *
+ * tkbench.c owns the method (copy ceiling in the same run, warm-up, L2
+ * flush, CUDA events, median; docs/perf.md).  A family file
+ * bench/bench_<family>.c describes its rows as tkb_case values and
+ * registers them from a constructor, so adding a family never edits a
+ * shared file:
+ *
+ *   static const tkb_case CASES[] = {{"reduce_fused", "21726x7168", "bf16",
+ *                                     setup, launch, verify, teardown, &P}};
+ *   TKB_REGISTER(CASES)
+ *
+ * Every callback gets the tkb_context (driver table, helpers) and the
+ * case's opaque state.  setup allocates and fills the inputs (random,
+ * never zeros), poisons the outputs, and sets *bytes to the bytes moved
+ * (every input read once + every output written once).  launch enqueues
+ * the kernel(s) on the default stream and returns the libtk status.
+ * verify compares the outputs of the last launch bit-exactly (or as the
+ * kernel's spec demands) with the CPU reference and writes a short reason
+ * into detail on failure.  teardown frees everything.
+ */
+#ifndef TK_BENCH_H
+#define TK_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tk.h"
+#include "tk_internal.h"
+
+typedef struct tkb_context {
+    const tk__driver_api *cu;  /* the driver, already initialised */
+    uint64_t seed;             /* input seed: reproducible inputs */
+} tkb_context;
+
+typedef struct tkb_case tkb_case;
+struct tkb_case {
+    const char *kernel;  /* libtk entry point family, e.g. "cast_back" */
+    const char *shape;   /* e.g. "8001x7168" */
+    const char *config;  /* dtypes and options, e.g. "e4m3->bf16 1x128" */
+    bool (*setup)(const tkb_context *ctx, const tkb_case *c, void **state,
+                  double *bytes);
+    tk_status (*launch)(void *state);
+    bool (*verify)(const tkb_context *ctx, void *state, char *detail,
+                   size_t size);
+    void (*teardown)(const tkb_context *ctx, void *state);
+    const void *params;  /* the family's own description of the row */
+};
+
+/* Adds cases to the run (called from constructors, before main). */
+void tkb_register(const tkb_case *cases, int count);
+
+#define TKB_REGISTER(cases)                                              \
+    __attribute__((constructor)) static void tkb_register_##cases(void) \
+    {                                                                    \
+        tkb_register(cases, (int)(sizeof(cases) / sizeof(cases[0])));   \
+    }
+
+/* Helpers for family files (tkbench.c). */
+/* cuMemAlloc + report; NULL-safe free. */
+bool tkb_alloc(const tkb_context *ctx, CUdeviceptr *ptr, size_t bytes);
+void tkb_free(const tkb_context *ctx, CUdeviceptr ptr);
+bool tkb_upload(const tkb_context *ctx, CUdeviceptr dst, const void *src,
+                size_t bytes);
+bool tkb_download(const tkb_context *ctx, void *dst, CUdeviceptr src,
+                  size_t bytes);
+bool tkb_poison(const tkb_context *ctx, CUdeviceptr ptr, size_t bytes);
+/* A descriptor with the given shape and strides (NULL = contiguous). */
+tk_tensor tkb_tensor(CUdeviceptr data, tk_dtype dtype, int rank,
+                     const int64_t *shape, const int64_t *strides);
+
+#endif
