@@ -71,6 +71,22 @@ static const struct {
     TK_ENTRY(cuEventDestroy, "cuEventDestroy", "cuEventDestroy_v2"),
     TK_ENTRY(cuStreamSynchronize, "cuStreamSynchronize", "cuStreamSynchronize"),
     TK_ENTRY(cuGetErrorString, "cuGetErrorString", "cuGetErrorString"),
+    TK_ENTRY(cuStreamCreate, "cuStreamCreate", "cuStreamCreate"),
+    TK_ENTRY(cuStreamDestroy, "cuStreamDestroy", "cuStreamDestroy_v2"),
+    TK_ENTRY(cuStreamBeginCapture, "cuStreamBeginCapture", "cuStreamBeginCapture_v2"),
+    TK_ENTRY(cuStreamEndCapture, "cuStreamEndCapture", "cuStreamEndCapture"),
+    TK_ENTRY(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags",
+             "cuGraphInstantiateWithFlags"),
+    TK_ENTRY(cuGraphLaunch, "cuGraphLaunch", "cuGraphLaunch"),
+    TK_ENTRY(cuGraphExecDestroy, "cuGraphExecDestroy", "cuGraphExecDestroy"),
+    TK_ENTRY(cuGraphDestroy, "cuGraphDestroy", "cuGraphDestroy"),
+    TK_ENTRY(cuMemsetD8Async, "cuMemsetD8Async", "cuMemsetD8Async"),
+    TK_ENTRY(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2"),
+    TK_ENTRY(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel",
+             "cuLaunchCooperativeKernel"),
+    TK_ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor,
+             "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+             "cuOccupancyMaxActiveBlocksPerMultiprocessor"),
 #undef TK_ENTRY
 };
 #define TK_DRIVER_ENTRY_COUNT \

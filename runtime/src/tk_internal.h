@@ -58,6 +58,25 @@ typedef struct tk__driver_api {
     CUresult (*cuEventDestroy)(CUevent);
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuGetErrorString)(CUresult, const char **);
+    /* streams and graph capture (tests prove entry points never sync) */
+    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+    CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+    CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph,
+                                            unsigned long long);
+    CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphExecDestroy)(CUgraphExec);
+    CUresult (*cuGraphDestroy)(CUgraph);
+    CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    /* grid-wide barriers need a cooperative launch */
+    CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned, unsigned,
+                                          unsigned, unsigned, unsigned,
+                                          unsigned, unsigned, CUstream,
+                                          void **);
+    CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction,
+                                                           int, size_t);
 } tk__driver_api;
 
 /* Loads the driver (once) and makes a context current; on failure returns
