@@ -8,6 +8,7 @@
  *            ex2.approx.ftz (never llvm.exp.f32, which NVPTX cannot lower
  *            and which kills the process through LLVM's error handler)
  *   sigmoid  1 / (1 + expf(-x)) with an IEEE division
+ *   log1p    libdevice log1pf (non-FTZ path), operation for operation
  *   sqrt     sqrt.rn.f32;  rsqrt  rsqrt.approx.f32;  exp2  ex2.approx.f32
  *   f32 -> e4m3/e5m2   cvt.rn.satfinite.{e4m3,e5m2}x2.f32, two lanes per
  *            instruction (the first operand lands in the high byte)
@@ -119,6 +120,52 @@ static LLVMValueRef sigmoid(Codegen *cg, LLVMValueRef x) {
     LLVMValueRef e = cg_exp(cg, LLVMBuildFNeg(cg->builder, x, ""));
     LLVMValueRef one = f32_const(cg, 1.0f);
     return LLVMBuildFDiv(cg->builder, one, LLVMBuildFAdd(cg->builder, one, e, ""), "");
+}
+
+/* libdevice log1pf(a), non-FTZ path (nvvm-reflect-ftz is 0), operation
+ * for operation: u = RZ(a + 1) gives the exponent e to strip, a - e + (4e'
+ * / 4 - 1) reduces the argument into [-1/4, 1/2), a degree-9 fma.rn
+ * polynomial follows, then e * ln2.  Every step is an IEEE operation, so
+ * tests/ref/moe_gate.c reproduces it bit for bit on the CPU.  The special
+ * path: a >= +inf (bit compare) or a < -1 gives fma(a, inf, inf), i.e. inf
+ * or NaN; -0 stays -0. */
+static LLVMValueRef log1p_libdevice(Codegen *cg, LLVMValueRef a) {
+    static const uint32_t poly[9] = {0xbd39bf78, 0x3dd80012, 0xbe0778e0, 0x3e146475,
+                                     0xbe2a68dd, 0x3e4caf9e, 0xbe800042, 0x3eaaaae6,
+                                     0xbf000000 /* -0.5 */};
+    LLVMBuilderRef bld = cg->builder;
+    LLVMTypeRef f32 = f32_type(cg);
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(cg->context);
+    LLVMValueRef args[2] = {a, f32_const(cg, 1.0f)};
+    LLVMValueRef u = cg_call_intrinsic(cg, "llvm.nvvm.add.rz.f", NULL, 0, args, 2);
+    LLVMValueRef a_bits = LLVMBuildBitCast(bld, a, i32, "");
+    LLVMValueRef e = LLVMBuildAnd(
+        bld, LLVMBuildSub(bld, LLVMBuildBitCast(bld, u, i32, ""), cg_i32(cg, 0x3f400000), ""),
+        cg_i32(cg, (int)0xff800000), "");
+    LLVMValueRef m = LLVMBuildBitCast(bld, LLVMBuildSub(bld, a_bits, e, ""), f32, "");
+    LLVMValueRef s = LLVMBuildBitCast(bld, LLVMBuildSub(bld, cg_i32(cg, 0x40800000), e, ""),
+                                      f32, "");
+    LLVMValueRef x = LLVMBuildFAdd(
+        bld, m, call3(cg, "llvm.nvvm.fma.rn.f", f32_const(cg, 0.25f), s, f32_const(cg, -1.0f)),
+        "");
+    LLVMValueRef scaled_e = LLVMBuildFMul(bld, LLVMBuildSIToFP(bld, e, f32, ""),
+                                          f32_bits(cg, 0x34000000), "");
+    LLVMValueRef p = call3(cg, "llvm.nvvm.fma.rn.f", f32_bits(cg, poly[0]), x,
+                           f32_bits(cg, poly[1]));
+    for (int i = 2; i < 9; i++)
+        p = call3(cg, "llvm.nvvm.fma.rn.f", p, x, f32_bits(cg, poly[i]));
+    p = LLVMBuildFMul(bld, p, x, "");
+    p = call3(cg, "llvm.nvvm.fma.rn.f", p, x, x);
+    LLVMValueRef r = call3(cg, "llvm.nvvm.fma.rn.f", scaled_e, f32_bits(cg, 0x3f317218), p);
+    /* special inputs, compared on the bits as libdevice does */
+    LLVMValueRef inf = f32_bits(cg, 0x7f800000);
+    LLVMValueRef special_value = call3(cg, "llvm.nvvm.fma.rn.f", a, inf, inf);
+    LLVMValueRef big = LLVMBuildICmp(bld, LLVMIntSGT, a_bits, cg_i32(cg, (int)0xbf800000), "");
+    LLVMValueRef r_special = LLVMBuildSelect(bld, big, special_value, r, "");
+    LLVMValueRef zero = LLVMBuildFCmp(bld, LLVMRealOEQ, a, f32_const(cg, 0.0f), "");
+    r_special = LLVMBuildSelect(bld, zero, f32_const(cg, -0.0f), r_special, "");
+    LLVMValueRef special = LLVMBuildICmp(bld, LLVMIntUGE, a_bits, cg_i32(cg, 0x7f800000), "");
+    return LLVMBuildSelect(bld, special, r_special, r, "");
 }
 
 static LLVMValueRef exp2_approx(Codegen *cg, LLVMValueRef x) {
@@ -398,6 +445,7 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
         }
         return float_function(cg, e, sqrt_rn);
     case INTR_SIGMOID: return float_function(cg, e, sigmoid);
+    case INTR_LOG1P: return float_function(cg, e, log1p_libdevice);
     case INTR_FMA: {
         LLVMValueRef v[3];
         int lanes = 1;

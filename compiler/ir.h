@@ -167,7 +167,9 @@ typedef enum {
  *        warp must execute it).
  * Numerics follow tilekernels-spec.md section 2.1: EXP is libdevice expf
  * (the 3-FMA range reduction + ex2.approx.ftz), SIGMOID is 1/(1+EXP(-x)),
- * RSQRT is rsqrt.approx, SQRT is sqrt.rn, FMA is fma.rn. */
+ * RSQRT is rsqrt.approx, SQRT is sqrt.rn, FMA is fma.rn, LOG1P is libdevice
+ * log1pf (add.rz + fma.rn polynomial: IEEE operations only, so a CPU can
+ * reproduce it bit for bit). */
 #define INTR_PURE 1
 #define INTR_THREAD 2
 #define INTR_SYNC 4
@@ -183,6 +185,7 @@ typedef enum {
     X(RSQRT, "rsqrt", 1, INTR_PURE)                                          \
     X(SQRT, "sqrt", 1, INTR_PURE)                                            \
     X(SIGMOID, "sigmoid", 1, INTR_PURE)                                      \
+    X(LOG1P, "log1p", 1, INTR_PURE)                                          \
     X(FMA, "fma", 3, INTR_PURE)                                              \
     X(SHFL_XOR, "shfl_xor", 2, INTR_THREAD | INTR_SYNC)                      \
     X(SHFL_IDX, "shfl_idx", 2, INTR_THREAD | INTR_SYNC)                      \

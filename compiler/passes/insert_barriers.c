@@ -13,7 +13,10 @@
  * (WAW) are not a hazard here: tile statements write disjoint elements
  * from different threads, and a barrier per copy iteration would cost
  * more than any such race is worth guarding (TVM's storage sync does the
- * same).
+ * same).  Atomics are a third kind of access: two atomic updates of one
+ * buffer commute, so they need no barrier between them (a histogram loop
+ * would otherwise get one per update), but an atomic still conflicts with
+ * a plain read or write of the buffer on either side of it.
  *
  * Barriers only go where every thread of the block arrives: a statement
  * inside a thread-dependent IF or loop is treated as one unit, and the
@@ -34,8 +37,8 @@
 #define MAX_BUFFERS 32
 
 typedef struct {
-    Buffer *reads[MAX_BUFFERS], *writes[MAX_BUFFERS];
-    int nreads, nwrites;
+    Buffer *reads[MAX_BUFFERS], *writes[MAX_BUFFERS], *atomics[MAX_BUFFERS];
+    int nreads, nwrites, natomics;
 } Pending;
 
 typedef struct {
@@ -187,10 +190,8 @@ static void stmt_accesses(const Stmt *s, Pending *acc)
         expr_accesses(s->u.store.predicate, acc);
         return;
     case STMT_ATOMIC:
-        if (s->u.atomic.buffer->scope == SCOPE_SHARED) {
-            add(acc->reads, &acc->nreads, s->u.atomic.buffer);
-            add(acc->writes, &acc->nwrites, s->u.atomic.buffer);
-        }
+        if (s->u.atomic.buffer->scope == SCOPE_SHARED)
+            add(acc->atomics, &acc->natomics, s->u.atomic.buffer);
         for (int d = 0; d < s->u.atomic.buffer->rank; d++) expr_accesses(s->u.atomic.indices[d], acc);
         expr_accesses(s->u.atomic.value, acc);
         return;
@@ -217,13 +218,22 @@ static bool member(Buffer *const *set, int n, const Buffer *b)
     return false;
 }
 
-/* Would accesses `acc` race with what is pending? */
+/* Would accesses `acc` race with what is pending?  RAW, WAR, and an
+ * atomic after (or before) a plain access; never atomic after atomic. */
 static bool conflicts(const Pending *pending, const Pending *acc)
 {
     for (int i = 0; i < acc->nreads; i++)
-        if (member(pending->writes, pending->nwrites, acc->reads[i])) return true;
+        if (member(pending->writes, pending->nwrites, acc->reads[i]) ||
+            member(pending->atomics, pending->natomics, acc->reads[i]))
+            return true;
     for (int i = 0; i < acc->nwrites; i++)
-        if (member(pending->reads, pending->nreads, acc->writes[i])) return true;
+        if (member(pending->reads, pending->nreads, acc->writes[i]) ||
+            member(pending->atomics, pending->natomics, acc->writes[i]))
+            return true;
+    for (int i = 0; i < acc->natomics; i++)
+        if (member(pending->reads, pending->nreads, acc->atomics[i]) ||
+            member(pending->writes, pending->nwrites, acc->atomics[i]))
+            return true;
     return false;
 }
 
@@ -231,6 +241,8 @@ static void merge(Pending *into, const Pending *from)
 {
     for (int i = 0; i < from->nreads; i++) add(into->reads, &into->nreads, from->reads[i]);
     for (int i = 0; i < from->nwrites; i++) add(into->writes, &into->nwrites, from->writes[i]);
+    for (int i = 0; i < from->natomics; i++)
+        add(into->atomics, &into->natomics, from->atomics[i]);
 }
 
 /* ------------------------------------------------------------------ */

@@ -1,6 +1,8 @@
 /*
  * api_cast.c -- tk_per_token_cast, tk_cast_back and tk_per_token_cast_back
  * (tilekernels-spec.md sections 3.5, 6.1 and 6.3; kernels/cast.tk).
+ * FP4 (e2m1) output or input, num_per_channels 16 and num_per_channels ==
+ * H go on to api_cast_fp4.c (kernels/quant_fp4.tk).
  *
  * Each function validates the TileKernels-level arguments, works out the
  * scale-factor layout, and picks one instance of kernels/cast.tk:
@@ -15,6 +17,7 @@
  * (T, W) with strides (1, TA) reaches the kernels as the byte view
  * (T, W, 4) with strides (4, 4 * TA, 1): byte k % 4 of word k / 4.
  */
+#include "cast_fp4.h"
 #include "tk_internal.h"
 #include "tk_kernels.h"
 
@@ -144,7 +147,7 @@ static const char *tk__layout_name(tk_sf_layout layout)
 
 /* The packed int32 SF (rows, words) seen as bytes (rows, words, 4):
  * word [i, w] holds the exponents of blocks 4w .. 4w+3 of row i. */
-static tk_tensor tk__packed_byte_view(const tk_tensor *sf, int64_t word_stride)
+tk_tensor tk__packed_byte_view(const tk_tensor *sf, int64_t word_stride)
 {
     tk_tensor view = {.data = sf->data, .dtype = TK_U8, .rank = 3,
                       .shape = {sf->shape[0], sf->shape[1], 4},
@@ -167,32 +170,26 @@ static tk_status tk__check_matrix_columns(const char *function,
 
 /* ---- per_token_cast ------------------------------------------------------ */
 
-/* num_per_channels TileKernels accepts but the library does not ship get
- * TK_ERROR_UNSUPPORTED; values TileKernels rejects, invalid argument. */
+/* num_per_channels: 16, 32, 64, 128, or H ("one scale per token"); other
+ * values are invalid (TileKernels asserts the same set). */
 static tk_status tk__check_num_per_channels(const char *function,
                                             int num_per_channels,
                                             int64_t columns)
 {
-    if (num_per_channels == 32 || num_per_channels == 64 ||
-        num_per_channels == 128)
-        return TK_SUCCESS;
-    if (num_per_channels == 16 ||
+    if (num_per_channels == 16 || num_per_channels == 32 ||
+        num_per_channels == 64 || num_per_channels == 128 ||
         (num_per_channels > 0 && num_per_channels == columns))
-        return tk__fail(TK_ERROR_UNSUPPORTED,
-                        "%s: num_per_channels %d is not supported; the "
-                        "library ships 32, 64 and 128",
-                        function, num_per_channels);
+        return TK_SUCCESS;
     return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                    "%s: num_per_channels is %d, expected 32, 64 or 128",
-                    function, num_per_channels);
+                    "%s: num_per_channels is %d, expected 16, 32, 64, 128 or "
+                    "x's shape[1] (%lld)",
+                    function, num_per_channels, (long long)columns);
 }
 
 /* out_sf against the layout tk_sf_desc gives for (T, H) in (1, npc)
  * blocks; a size-1 dimension may have any stride. */
-static tk_status tk__check_sf_output(const char *function,
-                                     const tk_tensor *out_sf,
-                                     const tk_tensor *expected,
-                                     tk_sf_layout layout)
+tk_status tk__check_sf_output(const char *function, const tk_tensor *out_sf,
+                              const tk_tensor *expected, tk_sf_layout layout)
 {
     const char *layout_name = tk__layout_name(layout);
     if (out_sf->dtype != expected->dtype)
@@ -227,7 +224,7 @@ tk_status tk_per_token_cast(const tk_tensor *x, int num_per_channels,
 {
     static const char function[] = "tk_per_token_cast";
     static const tk_dtype inputs[] = {TK_F32, TK_BF16};
-    static const tk_dtype output[] = {TK_E4M3};
+    static const tk_dtype output[] = {TK_E4M3, TK_I8, TK_U8, TK_E2M1};
     tk__set_last_instance(NULL);
     tk_status status;
     if ((status = tk__check_tensor(function, "x", x, 2)) ||
@@ -263,8 +260,19 @@ tk_status tk_per_token_cast(const tk_tensor *x, int num_per_channels,
                         "%s: x: strides[0] is %lld, less than shape[1] = "
                         "%lld: rows overlap",
                         function, (long long)x->strides[0], (long long)hidden);
-    if ((status = tk__check_dtype(function, "out", out, output, 1)) ||
-        (status = tk__check_dim(function, "out", out, 0, tokens,
+    if ((status = tk__check_dtype(function, "out", out, output, 4)))
+        return status;
+    /* packed FP4 output, and the blockings cast.tk has no instance for,
+     * take the per_token_quant kernels */
+    if (tk__is_packed_fp4(out->dtype) || num_per_channels == 16 ||
+        (num_per_channels != 32 && num_per_channels != 64 &&
+         num_per_channels != 128))
+        return tk__per_token_quant(function, x, num_per_channels, round_sf,
+                                   sf_layout,
+                                   tk__is_packed_fp4(out->dtype) ? TK_E2M1
+                                                                 : TK_E4M3,
+                                   out, out_sf, NULL, stream);
+    if ((status = tk__check_dim(function, "out", out, 0, tokens,
                                 "x's shape[0]")) ||
         (status = tk__check_dim(function, "out", out, 1, hidden,
                                 "x's shape[1]")) ||
@@ -346,12 +354,8 @@ static tk_status tk__cast_back(const char *function, bool per_token,
         (status = tk__check_tensor(function, "sf", sf, 2)) ||
         (status = tk__check_tensor(function, "out", out, 2)))
         return status;
-    if (x->dtype == TK_I8)
-        return tk__fail(TK_ERROR_UNSUPPORTED,
-                        "%s: x: packed e2m1 data (i8) is not supported; the "
-                        "library ships e4m3",
-                        function);
-    if ((status = tk__check_dtype(function, "x", x, inputs, 1)) ||
+    bool fp4 = tk__is_packed_fp4(x->dtype);
+    if ((!fp4 && (status = tk__check_dtype(function, "x", x, inputs, 1))) ||
         (status = tk__check_dtype(function, "out", out, outputs, 2)) ||
         (status = tk__check_dtype(function, "sf", sf, scales, 2)))
         return status;
@@ -365,8 +369,15 @@ static tk_status tk__cast_back(const char *function, bool per_token,
                         block_m < 1 ? "block_m" : "block_k",
                         block_m < 1 ? block_m : block_k);
 
-    int64_t tokens = x->shape[0], hidden = x->shape[1];
-    if ((status = tk__check_matrix_columns(function, "x", x)) ||
+    /* packed FP4 holds two elements per byte: H is twice x's columns */
+    int64_t tokens = x->shape[0], hidden = x->shape[1] * (fp4 ? 2 : 1);
+    if (fp4 && hidden % TK_CAST_COLUMN_MULTIPLE != 0)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "%s: x: shape[1] is %lld packed FP4 bytes, expected "
+                        "a multiple of %d (H %% %d == 0)",
+                        function, (long long)x->shape[1],
+                        TK_CAST_COLUMN_MULTIPLE / 2, TK_CAST_COLUMN_MULTIPLE);
+    if ((!fp4 && (status = tk__check_matrix_columns(function, "x", x))) ||
         (status = tk__check_contiguous(function, "x", x)) ||
         (status = tk__check_dim(function, "out", out, 0, tokens,
                                 "x's shape[0]")) ||
@@ -409,6 +420,9 @@ static tk_status tk__cast_back(const char *function, bool per_token,
         (status = tk__check_storage(function, "out", out)))
         return status;
 
+    if (fp4)
+        return tk__cast_back_fp4(function, x, sf, packed, block_m, block_k,
+                                 out, stream);
     for (int i = 0; i < TK_COUNT(tk__cast_back_instances); i++) {
         if (tk__cast_back_instances[i].out != out->dtype ||
             tk__cast_back_instances[i].block_m != block_m ||

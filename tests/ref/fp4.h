@@ -1,0 +1,74 @@
+/*
+ * fp4.h -- CPU references for the per-token cast family beyond
+ * reference.h's e4m3 block cast: FP4 (e2m1) output packed two per byte,
+ * one scale per token (npc == H), requantisation of e4m3 or packed FP4
+ * input, precomputed scales, and cast_back from packed FP4
+ * (tilekernels-spec.md sections 2.2, 3.2, 4.1-4.3, 6.1, 6.3).
+ *
+ * Conventions as in reference.h: host memory, row strides in elements,
+ * SF buffers laid out as ref_sf_shape_of() says, only the bytes that hold
+ * a scale are written.  Packed FP4 rows hold element 2j in the low nibble
+ * of byte j and element 2j+1 in its high nibble; a "logical" width counts
+ * FP4 elements (twice the bytes).
+ */
+#ifndef TK_REF_FP4_H
+#define TK_REF_FP4_H
+
+#include "reference.h"
+
+#define REF_E2M1_MAX 6.0f
+/* 6 * 2^-126, bits 0x01C00000: the e2m1 amax floor (spec 4.1) */
+#define REF_E2M1_CLAMP_MIN_BITS 0x01C00000u
+
+/* rn_e2m1 (spec 2.2) as TileKernels' reference writes it: integer
+ * round-to-nearest-even with a sticky bit on the f32 pattern, magnitudes
+ * above 6 (and infinities) saturate to 6 (code 7), NaN of either sign
+ * gives +6 (0x7, the kernel's choice, spec 15.2), the sign goes to bit 3
+ * for every other input, zero results included. */
+uint8_t ref_e2m1_from_f32(float value);
+/* Exact value of the nibble in the low 4 bits of code (8 is -0.0). */
+float ref_e2m1_to_f32(uint8_t code);
+
+/* sf_and_inv (spec 4.1) for output format `format` (TK_E4M3 or
+ * TK_E2M1): QMAX 448 / 6, CLAMP_MIN 1e-4 / 6 * 2^-126. */
+ref_scale ref_quant_scale(float amax, tk_dtype format, bool round_sf);
+
+/* The input of a per-token cast: either floats, or quantised data with
+ * its block scales (spec 6.1 (b)). */
+typedef struct ref_quant_input {
+    const void *data;     /* f32, bf16, e4m3, or packed FP4 bytes        */
+    tk_dtype dtype;       /* TK_F32, TK_BF16, TK_E4M3, or TK_E2M1 packed  */
+    int64_t row_stride;   /* elements (bytes for e4m3 and packed FP4)    */
+    /* quantised input only: scales of (block_m, block_k) blocks         */
+    const void *sf;
+    tk_sf_layout sf_layout;
+    int block_m, block_k;
+} ref_quant_input;
+
+/* per_token_cast (spec 6.1): rows x cols logical elements, one scale per
+ * row per num_per_channels columns (any npc >= 1, npc == cols included),
+ * output e4m3 (out: rows x cols bytes) or e2m1 (out: rows x cols / 2
+ * packed bytes, cols even), scales into `sf` in `layout`.  Quantised
+ * input uses the kernel's association f32(data) * (s_in * inv) (spec
+ * 15.5).  With `precomputed` (row-major f32, rows x ceil(cols / npc)) the
+ * scales are read from it, inv = 1 / sf, and `sf` is not written (may be
+ * NULL); with out == NULL only the scales are computed (SF-only mode).
+ * False, writing nothing, on a bad argument. */
+bool ref_per_token_quant(const ref_quant_input *x, int64_t rows, int64_t cols,
+                         int num_per_channels, tk_dtype format, bool round_sf,
+                         tk_sf_layout layout, const float *precomputed,
+                         uint8_t *out, void *sf);
+
+/* cast_back from packed FP4 (spec 4.3, 6.3): x (rows, cols / 2) packed
+ * bytes, contiguous; out (rows, cols) f32 or bf16 = to_dtype(value * s),
+ * s the scale of the element's (block_m, block_k) block in `layout`. */
+bool ref_cast_back_e2m1(const uint8_t *x, int64_t rows, int64_t cols,
+                        const void *sf, tk_sf_layout layout, int block_m,
+                        int block_k, tk_dtype out_dtype, void *out);
+
+/* unpack_from_e2m1fn_x2 (spec 3.2): bytes -> 2 * bytes values (f32 or
+ * bf16), element 2j from the low nibble of byte j. */
+bool ref_unpack_e2m1(const uint8_t *x, int64_t bytes, tk_dtype out_dtype,
+                     void *out);
+
+#endif
