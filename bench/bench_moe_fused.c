@@ -3,8 +3,7 @@
  * reduce_fused at the perf-anchors.md shapes: TileKernels' MoE draw of 4001
  * tokens sent by each of 8 EP ranks, 256 experts (32 local), top-8, hidden
  * 7168 (about 21.7 k received tokens, 33.5 k routed slots, 33.8 k fused
- * rows at alignment 16; the exact counts of this draw are in the shape
- * column).
+ * rows at alignment 16; setup prints the exact counts of this draw).
  *
  * Bytes are counted as TileKernels' benchmarks count them: expansion reads
  * x, the scales and both mapping tensors and writes the fused data and
@@ -65,6 +64,8 @@ static bool setup(const tkb_context *ctx, const tkb_case *c, void **state_out, d
         !ref_moe_mapping_build(s->topk_idx, s->tokens, 8, 32, alignment, &s->map))
         return false;
     int64_t t = s->tokens, n = s->map.expanded, k = 8;
+    printf("%s: %ld tokens, %ld routed slots, %ld fused rows (alignment %d)\n", c->kernel,
+           (long)t, (long)s->map.routed, (long)n, alignment);
     size_t in_size = tk_dtype_size(p->in), out_size = tk_dtype_size(p->out);
     const int64_t map_shape[2] = {t, k}, expert_shape[1] = {n};
     bool ok = tkb_alloc(ctx, &s->d_positions, (size_t)(t * k) * 4) &&

@@ -32,9 +32,12 @@
  * it into an internal error.  Constructs LLVM would abort on (e2m1 cvt on
  * sm_90a, llvm.exp) are never emitted.
  */
+#define _GNU_SOURCE /* memmem */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Target.h>
@@ -50,13 +53,19 @@
 
 /* ---- small helpers shared with codegen_expr.c / codegen_math.c ------- */
 
+/* Parts of the module are generated on several threads (codegen_module):
+ * diagnostics go through one lock. */
+static pthread_mutex_t cg_diag_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void cg_error(Codegen *cg, Loc loc, const char *fmt, ...) {
     char message[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    pthread_mutex_lock(&cg_diag_lock);
     diag_error(cg->diag, loc, "%s", message);
+    pthread_mutex_unlock(&cg_diag_lock);
     cg->failed = true;
 }
 
@@ -538,11 +547,13 @@ static char *copy_string(const char *text, size_t size) {
     return out;
 }
 
-char *codegen_module(Module *m, Diag *diag, CodegenOutput what) {
+/* Builds, optimises and emits one LLVM module holding kernels
+ * [first, first + count) of m, in its own context (so several parts can
+ * run on different threads).  Returns LLVM IR or PTX text, or NULL after
+ * a user-facing error. */
+static char *codegen_part(Module *m, int first, int count, Diag *diag,
+                          CodegenOutput what) {
     const char *arch = m->arch ? m->arch : "sm_90a";
-    if (strcmp(arch, "sm_90a") != 0 && strcmp(arch, "sm_100a") != 0)
-        ice("unsupported architecture %s", arch);
-
     LLVMErrors errors = {{0}, false};
     Codegen cg = {0};
     cg.context = LLVMContextCreate();
@@ -567,7 +578,7 @@ char *codegen_module(Module *m, Diag *diag, CodegenOutput what) {
     LLVMSetLinkage(cg.shared, LLVMExternalLinkage);
     LLVMSetAlignment(cg.shared, 128);
 
-    for (int i = 0; i < m->nkernels; i++) emit_kernel(&cg, m->kernels[i]);
+    for (int i = first; i < first + count; i++) emit_kernel(&cg, m->kernels[i]);
 
     char *result = NULL;
     if (!cg.failed) {
@@ -611,5 +622,124 @@ char *codegen_module(Module *m, Diag *diag, CodegenOutput what) {
     LLVMDisposeModule(cg.module);
     LLVMDisposeTargetMachine(tm);
     LLVMContextDispose(cg.context);
+    return result;
+}
+
+/* ---- parallel PTX generation -------------------------------------------
+ * LLVM spends most of tkc's time (O3 and instruction selection over every
+ * unrolled kernel), and one LLVM module runs on one core.  PTX output is
+ * therefore built from parts of CG_PART_KERNELS kernels each, compiled by
+ * a pool of threads (one per online CPU, TKC_JOBS overrides), and the
+ * parts' PTX texts are joined in kernel order.  The parts are fixed by the
+ * kernel list alone, never by the thread count, so the output is the same
+ * on every machine.  Diagnostics from parts go through one mutex. */
+#define CG_PART_KERNELS 8
+#define CG_MAX_THREADS 16
+
+typedef struct PartJob {
+    Module *m;
+    Diag *diag;
+    int nparts;
+    char **texts;          /* PTX of each part (NULL after an error) */
+    bool *done;            /* part claimed */
+    pthread_mutex_t lock;
+} PartJob;
+
+static void *part_worker(void *opaque) {
+    PartJob *job = opaque;
+    for (;;) {
+        int part = -1;
+        pthread_mutex_lock(&job->lock);
+        for (int i = 0; i < job->nparts && part < 0; i++)
+            if (!job->done[i]) { job->done[i] = true; part = i; }
+        pthread_mutex_unlock(&job->lock);
+        if (part < 0) return NULL;
+        int first = part * CG_PART_KERNELS;
+        int count = job->m->nkernels - first;
+        if (count > CG_PART_KERNELS) count = CG_PART_KERNELS;
+        job->texts[part] = codegen_part(job->m, first, count, job->diag, CODEGEN_PTX);
+    }
+}
+
+static int worker_count(int nparts) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("TKC_JOBS");
+    if (env && *env) cpus = strtol(env, NULL, 10);
+    if (cpus < 1) cpus = 1;
+    if (cpus > CG_MAX_THREADS) cpus = CG_MAX_THREADS;
+    return (int)(cpus < nparts ? cpus : nparts);
+}
+
+/* Appends part's PTX to out: the first part whole, later ones without the
+ * header (.version/.target/.address_size) and without declarations an
+ * earlier part already made (the shared array).  Anything else global
+ * (.global/.const data, .func helpers) could collide between parts; the
+ * kernels emit none, and an internal error says so if that changes. */
+static void append_part(char **out, size_t *size, const char *text, bool first) {
+    const char *body = text;
+    if (!first) {
+        const char *header_end = strstr(text, ".address_size");
+        if (!header_end) ice("PTX part without an .address_size line");
+        body = strchr(header_end, '\n');
+        body = body ? body + 1 : header_end + strlen(header_end);
+    }
+    size_t length = strlen(body);
+    char *grown = realloc(*out, *size + length + 1);
+    if (!grown) ice("out of memory");
+    *out = grown;
+    char *dst = *out + *size;
+    for (const char *line = body; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
+        bool skip = false;
+        if (!first && strncmp(line, ".extern .shared", 15) == 0 &&
+            memmem(line, n, CG_SHARED_NAME, strlen(CG_SHARED_NAME)))
+            skip = true;
+        if (strncmp(line, ".global", 7) == 0 || strncmp(line, ".const", 6) == 0 ||
+            strncmp(line, ".func", 5) == 0 || strncmp(line, ".visible .func", 14) == 0)
+            ice("PTX part declares module-level %.*s: joining parts would collide",
+                (int)(n > 40 ? 40 : n), line);
+        if (!skip) { memcpy(dst, line, n); dst += n; }
+        line += n;
+    }
+    *dst = 0;
+    *size = (size_t)(dst - *out);
+}
+
+char *codegen_module(Module *m, Diag *diag, CodegenOutput what) {
+    const char *arch = m->arch ? m->arch : "sm_90a";
+    if (strcmp(arch, "sm_90a") != 0 && strcmp(arch, "sm_100a") != 0)
+        ice("unsupported architecture %s", arch);
+    initialize_nvptx();
+    /* LLVM IR is for reading: one module */
+    if (what == CODEGEN_LLVM_IR || m->nkernels <= CG_PART_KERNELS)
+        return codegen_part(m, 0, m->nkernels, diag, what);
+
+    PartJob job = {.m = m, .diag = diag};
+    job.nparts = (m->nkernels + CG_PART_KERNELS - 1) / CG_PART_KERNELS;
+    job.texts = calloc((size_t)job.nparts, sizeof *job.texts);
+    job.done = calloc((size_t)job.nparts, sizeof *job.done);
+    if (!job.texts || !job.done) ice("out of memory");
+    pthread_mutex_init(&job.lock, NULL);
+    pthread_t threads[CG_MAX_THREADS];
+    int nthreads = worker_count(job.nparts);
+    int started = 0;
+    for (int i = 1; i < nthreads; i++)
+        if (pthread_create(&threads[started], NULL, part_worker, &job) == 0) started++;
+    part_worker(&job); /* this thread works too */
+    for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+    pthread_mutex_destroy(&job.lock);
+
+    char *result = NULL;
+    size_t size = 0;
+    bool failed = false;
+    for (int i = 0; i < job.nparts; i++) {
+        if (!job.texts[i]) { failed = true; continue; }
+        if (!failed) append_part(&result, &size, job.texts[i], i == 0);
+        free(job.texts[i]);
+    }
+    free(job.texts);
+    free(job.done);
+    if (failed) { free(result); return NULL; }
     return result;
 }

@@ -124,8 +124,12 @@ unsigned char *ptx_to_cubin(const char *ptx, const char *arch, Diag *diag,
             /* child: stdout and stderr both go to the log */
             dup2(log.fd, STDOUT_FILENO);
             dup2(log.fd, STDERR_FILENO);
+            /* --split-compile: ptxas optimises functions on several
+             * threads (the library has hundreds of kernels); the cubin
+             * does not depend on the thread count */
             char *argv[] = {(char *)ptxas, arch_flag, "-O3", "--warn-on-spills",
-                            in.path, "-o", out.path, NULL};
+                            "--split-compile", "0", in.path, "-o", out.path,
+                            NULL};
             execv(ptxas, argv);
             fprintf(stderr, "cannot run %s: %s\n", ptxas, strerror(errno));
             _exit(127);

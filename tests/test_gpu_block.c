@@ -550,3 +550,155 @@ Test(per_block_cast_lossless, sweep, .timeout = 1800) {
     cr_log_info("per_block_cast_lossless: %d cases in %.1f s", s.cases, now_seconds() - start);
     state_end(&s);
 }
+
+/* ---- argument checks and instance selection (no GPU needed) -------------- */
+
+/* A fake, aligned device address: the checks below fail before any launch,
+ * or (instance selection) run only where there is no device to launch on. */
+#define FAKE ((CUdeviceptr)0x100000)
+
+static tk_tensor fake2(tk_dtype dtype, int64_t d0, int64_t d1) {
+    return tensor2(FAKE, dtype, d0, d1, d1, 1);
+}
+
+static tk_tensor fake_sf(int64_t rows, int64_t cols, int bm, int bk, tk_sf_layout layout) {
+    tk_tensor desc;
+    cr_assert_eq(tk_sf_desc(rows, cols, bm, bk, layout, &desc, NULL), TK_SUCCESS);
+    desc.data = (void *)(uintptr_t)FAKE;
+    return desc;
+}
+
+static void expect_status(tk_status got, tk_status want, const char *what) {
+    cr_assert_eq(got, want, "%s: got %s (%s), expected %s", what, tk_status_string(got),
+                 tk_last_error(), tk_status_string(want));
+}
+
+Test(api, e5m6_rejects_bad_arguments) {
+    tk_tensor x = fake2(TK_BF16, 16, 576), out = fake2(TK_U8, 16, 864);
+    tk_tensor sf = fake_sf(16, 576, 1, 576, TK_SF_ROW_MAJOR);
+    tk_tensor packed = fake_sf(16, 576, 1, 576, TK_SF_PACKED_UE8M0);
+    expect_status(tk_per_token_cast_e5m6(NULL, true, TK_SF_ROW_MAJOR, &out, &sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "NULL x");
+    tk_tensor e4 = fake2(TK_E4M3, 16, 576);
+    expect_status(tk_per_token_cast_e5m6(&e4, true, TK_SF_ROW_MAJOR, &out, &sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "e4m3 input");
+    expect_status(tk_per_token_cast_e5m6(&x, false, TK_SF_PACKED_UE8M0, &out, &packed, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "packed without round_sf");
+    expect_status(tk_per_token_cast_e5m6(&x, true, TK_SF_ROW_MAJOR, &out, &packed, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "i32 SF for a row-major layout");
+    tk_tensor odd = fake2(TK_BF16, 16, 580), short_out = fake2(TK_U8, 16, 863);
+    expect_status(tk_per_token_cast_e5m6(&odd, true, TK_SF_ROW_MAJOR, &out, &sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "H % 8 != 0");
+    expect_status(tk_per_token_cast_e5m6(&x, true, TK_SF_ROW_MAJOR, &short_out, &sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "out columns");
+    tk_tensor huge = fake2(TK_BF16, 16, 16392), huge_out = fake2(TK_U8, 16, 24588);
+    tk_tensor huge_sf = fake_sf(16, 16392, 1, 16392, TK_SF_ROW_MAJOR);
+    expect_status(tk_per_token_cast_e5m6(&huge, true, TK_SF_ROW_MAJOR, &huge_out, &huge_sf, NULL),
+                  TK_ERROR_UNSUPPORTED, "H > 16384");
+    tk_tensor misaligned = x;
+    misaligned.data = (void *)(uintptr_t)(FAKE + 2);
+    expect_status(tk_per_token_cast_e5m6(&misaligned, true, TK_SF_ROW_MAJOR, &out, &sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "misaligned x");
+    tk_tensor empty = fake2(TK_BF16, 0, 576), empty_out = fake2(TK_U8, 0, 864);
+    tk_tensor empty_sf = fake_sf(0, 576, 1, 576, TK_SF_ROW_MAJOR);
+    expect_status(tk_per_token_cast_e5m6(&empty, true, TK_SF_ROW_MAJOR, &empty_out, &empty_sf,
+                                         NULL),
+                  TK_SUCCESS, "T == 0");
+    tk_tensor back = fake2(TK_F32, 16, 576), col = fake_sf(16, 576, 1, 576, TK_SF_COL_MAJOR);
+    col.strides[0] = 2;
+    col.dtype = TK_I32;
+    expect_status(tk_cast_back_e5m6(&out, &col, &back, NULL), TK_ERROR_INVALID_ARGUMENT,
+                  "packed SF with stride 2");
+    expect_status(tk_cast_back_e5m6(&x, &sf, &back, NULL), TK_ERROR_INVALID_ARGUMENT,
+                  "bf16 data");
+}
+
+Test(api, block_rejects_bad_arguments) {
+    tk_tensor x = fake2(TK_BF16, 100, 576), out = fake2(TK_E4M3, 100, 576);
+    tk_tensor sf = fake_sf(100, 576, 128, 128, TK_SF_ROW_MAJOR);
+    expect_status(tk_per_block_cast(&x, TK_E4M3, 64, 128, true, TK_SF_ROW_MAJOR, &out, &sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "block 64");
+    expect_status(tk_per_block_cast(&x, TK_BF16, 128, 128, true, TK_SF_ROW_MAJOR, &out, &sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "fmt bf16");
+    tk_tensor fp4_out = fake2(TK_I8, 100, 576);
+    expect_status(tk_per_block_cast(&x, TK_E2M1, 128, 128, true, TK_SF_ROW_MAJOR, &fp4_out, &sf,
+                                    NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "e2m1 out with H columns");
+    tk_tensor col = fake_sf(100, 576, 128, 128, TK_SF_COL_MAJOR);
+    expect_status(tk_per_block_cast(&x, TK_E4M3, 128, 128, true, TK_SF_ROW_MAJOR, &out, &col, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "column-major SF for a row-major layout");
+    tk_tensor packed = fake_sf(100, 576, 128, 128, TK_SF_PACKED_UE8M0);
+    expect_status(tk_per_block_cast(&x, TK_E4M3, 128, 128, false, TK_SF_PACKED_UE8M0, &out,
+                                    &packed, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "packed without round_sf");
+    tk_tensor strided = x;
+    strided.strides[0] = 640;
+    expect_status(tk_per_block_cast(&strided, TK_E4M3, 128, 128, true, TK_SF_ROW_MAJOR, &out, &sf,
+                                    NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "strided x");
+    tk_tensor narrow = fake2(TK_BF16, 100, 608);
+    expect_status(tk_per_block_cast_with_sf_only(&narrow, TK_E4M3, 128, 128, true,
+                                                 TK_SF_ROW_MAJOR, &sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "H % 64 != 0");
+    expect_status(tk_per_block_cast_with_precomputed_sf(&x, TK_E4M3, 128, 128, &col, &out, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "column-major precomputed SF");
+    tk_tensor fp4 = fake2(TK_I8, 100, 288), lossless_out = fake2(TK_E4M3, 100, 576);
+    tk_tensor in_sf = fake_sf(100, 576, 1, 32, TK_SF_ROW_MAJOR);
+    tk_tensor out_sf = fake_sf(100, 576, 32, 32, TK_SF_ROW_MAJOR);
+    expect_status(tk_per_block_cast_lossless(&fp4, &in_sf, 1, 32, 32, 16, TK_SF_ROW_MAJOR,
+                                             &lossless_out, &out_sf, NULL),
+                  TK_ERROR_UNSUPPORTED, "output block 32x16");
+    expect_status(tk_per_block_cast_lossless(&fp4, &in_sf, 1, 4, 32, 32, TK_SF_ROW_MAJOR,
+                                             &lossless_out, &out_sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "input block 1x4");
+    expect_status(tk_per_block_cast_lossless(&fp4, &in_sf, 3, 32, 32, 32, TK_SF_ROW_MAJOR,
+                                             &lossless_out, &out_sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "input block 3x32");
+    expect_status(tk_per_block_cast_lossless(&fp4, &out_sf, 1, 32, 32, 32, TK_SF_ROW_MAJOR,
+                                             &lossless_out, &out_sf, NULL),
+                  TK_ERROR_INVALID_ARGUMENT, "input SF of the wrong shape");
+}
+
+/* Which instance each call picks; on a machine without a driver the
+ * launch then fails with TK_ERROR_NO_DEVICE (with a device these fake
+ * pointers must not be launched on: the golden tests cover it there). */
+static void expect_instance(tk_status status, const char *instance) {
+    expect_status(status, TK_ERROR_NO_DEVICE, instance);
+    cr_assert_str_eq(tk__last_instance(), instance);
+}
+
+Test(api, instance_selection) {
+    if (tk_device_check() == TK_SUCCESS)
+        cr_skip_test("a device is present: the golden tests check the instances");
+    tk_tensor x = fake2(TK_BF16, 16, 7168), out = fake2(TK_U8, 16, 10752);
+    tk_tensor sf = fake_sf(16, 7168, 1, 7168, TK_SF_COL_MAJOR);
+    expect_instance(tk_per_token_cast_e5m6(&x, true, TK_SF_COL_MAJOR, &out, &sf, NULL),
+                    "per_token_cast_e5m6__bf16_8k");
+    tk_tensor small = fake2(TK_F32, 16, 2048), small_out = fake2(TK_U8, 16, 3072);
+    tk_tensor small_sf = fake_sf(16, 2048, 1, 2048, TK_SF_ROW_MAJOR);
+    expect_instance(tk_per_token_cast_e5m6(&small, false, TK_SF_ROW_MAJOR, &small_out, &small_sf,
+                                           NULL),
+                    "per_token_cast_e5m6__f32_4k");
+    x.strides[0] = 7169;
+    expect_instance(tk_per_token_cast_e5m6(&x, true, TK_SF_COL_MAJOR, &out, &sf, NULL),
+                    "per_token_cast_e5m6__bf16_any");
+    tk_tensor back = fake2(TK_F32, 16, 7168);
+    expect_instance(tk_cast_back_e5m6(&out, &sf, &back, NULL), "cast_back_e5m6__f32");
+    tk_tensor bx = fake2(TK_F32, 100, 576), bout = fake2(TK_I8, 100, 288);
+    tk_tensor bsf = fake_sf(100, 576, 32, 128, TK_SF_PACKED_UE8M0);
+    expect_instance(tk_per_block_cast(&bx, TK_E2M1, 32, 128, true, TK_SF_PACKED_UE8M0, &bout, &bsf,
+                                      NULL),
+                    "per_block_cast__f32_e2m1_32");
+    tk_tensor rsf = fake_sf(100, 576, 128, 32, TK_SF_ROW_MAJOR);
+    expect_instance(tk_per_block_cast_with_sf_only(&bx, TK_E4M3, 128, 32, false, TK_SF_ROW_MAJOR,
+                                                   &rsf, NULL),
+                    "per_block_cast__f32_e4m3_128");
+    tk_tensor eout = fake2(TK_E4M3, 100, 576);
+    expect_instance(tk_per_block_cast_with_precomputed_sf(&bx, TK_E4M3, 128, 32, &rsf, &eout, NULL),
+                    "per_block_cast__f32_e4m3_128");
+    tk_tensor in_sf = fake_sf(100, 576, 1, 32, TK_SF_PACKED_UE8M0);
+    tk_tensor out_sf = fake_sf(100, 576, 1, 128, TK_SF_ROW_MAJOR);
+    expect_instance(tk_per_block_cast_lossless(&bout, &in_sf, 1, 32, 1, 128, TK_SF_ROW_MAJOR,
+                                               &eout, &out_sf, NULL),
+                    "per_block_cast_lossless__b1");
+}

@@ -745,3 +745,183 @@ Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
     expect_equal(r.got, r.want, tokens, (size_t)hidden, 1, "graph reduce");
     reduce_end(&r);
 }
+
+/* ---- argument validation (no device needed) ------------------------------------------- */
+
+/* Descriptors with fake, aligned device addresses: validation never
+ * dereferences them.  A call that passes validation reaches the driver,
+ * so these tests skip where a device exists (the fake pointers would be
+ * launched); without one the call ends in TK_ERROR_NO_DEVICE after picking
+ * its instance. */
+#define FAKE(n) ((CUdeviceptr)(0x100000 * (n)))
+
+static void expect_rejected(tk_status status, tk_status want, const char *needle) {
+    cr_assert_eq(status, want, "got %s (%s), expected %s", tk_status_string(status),
+                 tk_last_error(), tk_status_string(want));
+    cr_assert(strstr(tk_last_error(), needle) != NULL, "message '%s' lacks '%s'",
+              tk_last_error(), needle);
+}
+
+static void expect_instance(tk_status status, const char *instance) {
+    cr_assert(status == TK_ERROR_NO_DEVICE || status == TK_ERROR_DRIVER, "got %s: %s",
+              tk_status_string(status), tk_last_error());
+    cr_assert_str_eq(tk__last_instance(), instance);
+}
+
+Test(api, expand_to_fused_arguments) {
+    if (tk_device_check() == TK_SUCCESS)
+        cr_skip_test("a device exists: fake pointers must not be launched");
+    tk_tensor x = tensor(FAKE(1), TK_BF16, 2, 100, 7168, 7168, 1);
+    tk_tensor pos = tensor(FAKE(2), TK_I32, 2, 100, 8, 8, 1);
+    tk_tensor experts = tensor(FAKE(3), TK_I32, 1, 300, 0, 1, 0);
+    tk_tensor out = tensor(FAKE(4), TK_BF16, 2, 300, 7168, 7168, 1);
+    expect_instance(tk_expand_to_fused(&x, &pos, &experts, &out, NULL), "expand_to_fused__vec");
+    tk_tensor odd = tensor(FAKE(1), TK_BF16, 2, 100, 1001, 1001, 1);
+    tk_tensor odd_out = tensor(FAKE(4), TK_BF16, 2, 300, 1001, 1001, 1);
+    expect_instance(tk_expand_to_fused(&odd, &pos, &experts, &odd_out, NULL),
+                    "expand_to_fused__any_u16");
+    tk_tensor padded = tensor(FAKE(1), TK_BF16, 2, 100, 7168, 7170, 1);
+    expect_instance(tk_expand_to_fused(&padded, &pos, &experts, &out, NULL),
+                    "expand_to_fused__any_u16");
+
+    expect_rejected(tk_expand_to_fused(NULL, &pos, &experts, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "x is NULL");
+    expect_rejected(tk_expand_to_fused(&x, &pos, NULL, &out, NULL), TK_ERROR_INVALID_ARGUMENT,
+                    "pos_to_expert is NULL");
+    tk_tensor f64 = x;
+    f64.dtype = TK_F64;
+    expect_rejected(tk_expand_to_fused(&f64, &pos, &experts, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "1-, 2- or 4-byte");
+    tk_tensor pos64 = pos;
+    pos64.dtype = TK_I64;
+    expect_rejected(tk_expand_to_fused(&x, &pos64, &experts, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "token_topk_to_pos: dtype");
+    tk_tensor short_pos = tensor(FAKE(2), TK_I32, 2, 99, 8, 8, 1);
+    expect_rejected(tk_expand_to_fused(&x, &short_pos, &experts, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "token_topk_to_pos: shape[0]");
+    tk_tensor wrong_out = tensor(FAKE(4), TK_BF16, 2, 299, 7168, 7168, 1);
+    expect_rejected(tk_expand_to_fused(&x, &pos, &experts, &wrong_out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "out: shape[0]");
+    tk_tensor f32_out = tensor(FAKE(4), TK_F32, 2, 300, 7168, 7168, 1);
+    expect_rejected(tk_expand_to_fused(&x, &pos, &experts, &f32_out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "out: dtype");
+    tk_tensor overlapping = tensor(FAKE(1), TK_BF16, 2, 100, 7168, 7000, 1);
+    expect_rejected(tk_expand_to_fused(&overlapping, &pos, &experts, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "rows overlap");
+    tk_tensor misaligned = x;
+    misaligned.data = (void *)(uintptr_t)(FAKE(1) + 8);
+    expect_rejected(tk_expand_to_fused(&misaligned, &pos, &experts, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "aligned");
+    tk_tensor strided_pos = tensor(FAKE(2), TK_I32, 2, 100, 8, 16, 1);
+    expect_rejected(tk_expand_to_fused(&x, &strided_pos, &experts, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "not contiguous");
+    /* no tokens: success without touching the driver */
+    tk_tensor none = tensor(0, TK_BF16, 2, 0, 7168, 7168, 1);
+    tk_tensor no_pos = tensor(0, TK_I32, 2, 0, 8, 8, 1);
+    cr_assert_eq(tk_expand_to_fused(&none, &no_pos, &experts, &out, NULL), TK_SUCCESS);
+}
+
+Test(api, expand_to_fused_with_sf_arguments) {
+    if (tk_device_check() == TK_SUCCESS)
+        cr_skip_test("a device exists: fake pointers must not be launched");
+    tk_tensor x = tensor(FAKE(1), TK_E4M3, 2, 100, 7168, 7168, 1);
+    tk_tensor x_sf = tensor(FAKE(5), TK_F32, 2, 100, 56, 56, 1);
+    tk_tensor packed_sf = tensor(FAKE(5), TK_I32, 2, 100, 14, 14, 1);
+    tk_tensor pos = tensor(FAKE(2), TK_I32, 2, 100, 8, 8, 1);
+    tk_tensor experts = tensor(FAKE(3), TK_I32, 1, 301, 0, 1, 0);
+    tk_tensor out = tensor(FAKE(4), TK_E4M3, 2, 301, 7168, 7168, 1);
+    tk_tensor row, col, packed;
+    check_status(tk_sf_desc(301, 7168, 1, 128, TK_SF_ROW_MAJOR, &row, NULL), "desc");
+    check_status(tk_sf_desc(301, 7168, 1, 128, TK_SF_COL_MAJOR, &col, NULL), "desc");
+    check_status(tk_sf_desc(301, 7168, 1, 128, TK_SF_PACKED_UE8M0, &packed, NULL), "desc");
+    row.data = col.data = packed.data = (void *)(uintptr_t)FAKE(6);
+    cr_assert_eq(col.strides[1], 304);
+    expect_instance(tk_expand_to_fused_with_sf(&x, &x_sf, 128, &pos, &experts, TK_SF_ROW_MAJOR,
+                                               &out, &row, NULL),
+                    "expand_to_fused_with_sf__vec");
+    expect_instance(tk_expand_to_fused_with_sf(&x, &x_sf, 128, &pos, &experts, TK_SF_COL_MAJOR,
+                                               &out, &col, NULL),
+                    "expand_to_fused_with_sf__vec");
+    expect_instance(tk_expand_to_fused_with_sf(&x, &packed_sf, 128, &pos, &experts,
+                                               TK_SF_PACKED_UE8M0, &out, &packed, NULL),
+                    "expand_to_fused_with_sf__vec");
+    tk_tensor strided = tensor(FAKE(1), TK_E4M3, 2, 100, 7168, 7169, 1);
+    expect_instance(tk_expand_to_fused_with_sf(&strided, &x_sf, 128, &pos, &experts,
+                                               TK_SF_ROW_MAJOR, &out, &row, NULL),
+                    "expand_to_fused_with_sf__any");
+
+    expect_rejected(tk_expand_to_fused_with_sf(&x, &x_sf, 64, &pos, &experts, TK_SF_ROW_MAJOR,
+                                               &out, &row, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "num_per_channels");
+    expect_rejected(tk_expand_to_fused_with_sf(&x, &x_sf, 128, &pos, &experts, (tk_sf_layout)7,
+                                               &out, &row, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "sf_layout");
+    expect_rejected(tk_expand_to_fused_with_sf(&x, &x_sf, 128, &pos, &experts,
+                                               TK_SF_PACKED_UE8M0, &out, &packed, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "x_sf: dtype");
+    expect_rejected(tk_expand_to_fused_with_sf(&x, &x_sf, 32, &pos, &experts, TK_SF_ROW_MAJOR,
+                                               &out, &row, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "x_sf: shape[1]");
+    expect_rejected(tk_expand_to_fused_with_sf(&x, &x_sf, 128, &pos, &experts, TK_SF_ROW_MAJOR,
+                                               &out, &col, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "out_sf: strides");
+    expect_rejected(tk_expand_to_fused_with_sf(&x, &x_sf, 128, &pos, &experts, TK_SF_ROW_MAJOR,
+                                               &out, NULL, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "out_sf is NULL");
+    tk_tensor strided_sf = tensor(FAKE(5), TK_F32, 2, 100, 56, 64, 1);
+    expect_rejected(tk_expand_to_fused_with_sf(&x, &strided_sf, 128, &pos, &experts,
+                                               TK_SF_ROW_MAJOR, &out, &row, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "x_sf: not contiguous");
+}
+
+Test(api, reduce_fused_arguments) {
+    if (tk_device_check() == TK_SUCCESS)
+        cr_skip_test("a device exists: fake pointers must not be launched");
+    tk_tensor x = tensor(FAKE(1), TK_BF16, 2, 800, 7168, 7168, 1);
+    tk_tensor x_sf = tensor(FAKE(2), TK_F32, 1, 800, 0, 1, 0);
+    tk_tensor weights = tensor(FAKE(3), TK_F32, 2, 100, 8, 8, 1);
+    tk_tensor pos = tensor(FAKE(4), TK_I32, 2, 100, 8, 8, 1);
+    tk_tensor sf = tensor(FAKE(5), TK_F32, 1, 1, 0, 1, 0);
+    tk_tensor out = tensor(FAKE(6), TK_BF16, 2, 100, 7168, 7168, 1);
+    tk_tensor out8 = tensor(FAKE(6), TK_E4M3, 2, 100, 7168, 7168, 1);
+    expect_instance(tk_reduce_fused(&x, NULL, NULL, &pos, NULL, &out, NULL),
+                    "reduce_fused__bf16");
+    expect_instance(tk_reduce_fused(&x, &x_sf, &weights, &pos, &sf, &out8, NULL),
+                    "reduce_fused__bf16_e4m3");
+    tk_tensor x32 = tensor(FAKE(1), TK_F32, 2, 800, 7168, 7168 + 4, 1);
+    tk_tensor out32 = tensor(FAKE(6), TK_F32, 2, 100, 7168, 7168, 1);
+    expect_instance(tk_reduce_fused(&x32, NULL, &weights, &pos, NULL, &out32, NULL),
+                    "reduce_fused__f32");
+    tk_tensor x8 = tensor(FAKE(1), TK_E4M3, 2, 800, 7168, 7168, 1);
+    expect_instance(tk_reduce_fused(&x8, &x_sf, NULL, &pos, &sf, &out8, NULL),
+                    "reduce_fused__e4m3");
+
+    tk_tensor narrow = tensor(FAKE(1), TK_BF16, 2, 800, 2000, 2000, 1);
+    tk_tensor narrow_out = tensor(FAKE(6), TK_BF16, 2, 100, 2000, 2000, 1);
+    expect_rejected(tk_reduce_fused(&narrow, NULL, NULL, &pos, NULL, &narrow_out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "multiple of 256");
+    expect_rejected(tk_reduce_fused(&x, NULL, NULL, &pos, &sf, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "only an e4m3 output");
+    expect_rejected(tk_reduce_fused(&x, NULL, NULL, &pos, NULL, &out32, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "out: dtype");
+    tk_tensor short_sf = tensor(FAKE(2), TK_F32, 1, 799, 0, 1, 0);
+    expect_rejected(tk_reduce_fused(&x, &short_sf, NULL, &pos, NULL, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "x_sf: shape[0]");
+    tk_tensor wide_weights = tensor(FAKE(3), TK_F32, 2, 100, 9, 9, 1);
+    expect_rejected(tk_reduce_fused(&x, NULL, &wide_weights, &pos, NULL, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "topk_weights: shape[1]");
+    tk_tensor two_scales = tensor(FAKE(5), TK_F32, 1, 2, 0, 1, 0);
+    expect_rejected(tk_reduce_fused(&x, NULL, NULL, &pos, &two_scales, &out8, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "sf: shape[0]");
+    tk_tensor odd_stride = tensor(FAKE(1), TK_BF16, 2, 800, 7168, 7169, 1);
+    expect_rejected(tk_reduce_fused(&odd_stride, NULL, NULL, &pos, NULL, &out, NULL),
+                    TK_ERROR_UNSUPPORTED, "16 bytes");
+    tk_tensor i8 = tensor(FAKE(1), TK_I8, 2, 800, 7168, 7168, 1);
+    expect_rejected(tk_reduce_fused(&i8, NULL, NULL, &pos, NULL, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "x: dtype");
+    expect_rejected(tk_reduce_fused(&x, NULL, NULL, NULL, NULL, &out, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "token_topk_to_pos is NULL");
+    tk_tensor no_tokens = tensor(0, TK_I32, 2, 0, 8, 8, 1);
+    tk_tensor no_out = tensor(0, TK_BF16, 2, 0, 7168, 7168, 1);
+    cr_assert_eq(tk_reduce_fused(&x, NULL, NULL, &no_tokens, NULL, &no_out, NULL), TK_SUCCESS);
+}

@@ -727,7 +727,7 @@ Test(moe_route_api, bad_arguments_are_rejected_before_any_launch) {
 
     int64_t elements = 0;
     cr_assert_eq(tk_get_fused_mapping_workspace_size(100, 8, 32, &elements), TK_SUCCESS);
-    cr_assert_eq(elements, 2 * 32, "800 entries are two chunks of 512");
+    cr_assert_eq(elements, 4 * 32, "800 entries are four chunks of 256");
     cr_assert_eq(tk_get_fused_mapping_workspace_size(0, 8, 32, &elements), TK_SUCCESS);
     cr_assert_eq(elements, 0);
     expect_invalid(tk_get_fused_mapping_workspace_size(-1, 8, 32, &elements), "num_tokens",
@@ -735,7 +735,7 @@ Test(moe_route_api, bad_arguments_are_rejected_before_any_launch) {
     cr_assert_eq(tk_fused_mapping_capacity(4001, 8, 32, 16), (4001 * 8 + 15 * 32) / 16 * 16);
     cr_assert_eq(tk_fused_mapping_capacity(1, 0, 1, 1), -1);
 
-    int64_t n_cap[1] = {1024}, n_e[1] = {32}, n_w[1] = {64};
+    int64_t n_cap[1] = {1024}, n_e[1] = {32}, n_w[1] = {128};
     tk_fused_mapping m;
     m.pos_to_expert = tk_tensor_contiguous(p, TK_I32, 1, n_cap);
     m.pos_to_token = m.pos_to_expert;
@@ -762,7 +762,7 @@ Test(moe_route_api, bad_arguments_are_rejected_before_any_launch) {
     expect_invalid(tk_get_fused_mapping(&idx, 32, 16, &bad, &workspace, NULL),
                    "token_topk_to_pos", "i64 token_topk_to_pos");
     tk_tensor small = workspace;
-    small.shape[0] = 63;
+    small.shape[0] = 127;
     expect_invalid(tk_get_fused_mapping(&idx, 32, 16, &m, &small, NULL), "workspace",
                    "workspace too small");
     expect_invalid(tk_get_fused_mapping(&idx, 32, 16, &m, NULL, NULL), "workspace",

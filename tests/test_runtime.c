@@ -494,16 +494,22 @@ Test(per_token_cast, rejects_bad_arguments, .init = setup)
                    "x: dtype is i32, expected f32 or bf16");
     EXPECT_INVALID(tk_per_token_cast(&x, 48, true, TK_SF_COL_MAJOR, &out, &sf,
                                      NULL),
-                   "num_per_channels is 48, expected 32, 64 or 128");
+                   "num_per_channels is 48, expected 16, 32, 64, 128 or x's "
+                   "shape[1] (512)");
     EXPECT_INVALID(tk_per_token_cast(&x, 0, true, TK_SF_COL_MAJOR, &out, &sf,
                                      NULL),
                    "num_per_channels is 0");
-    EXPECT_UNSUPPORTED(tk_per_token_cast(&x, 16, true, TK_SF_COL_MAJOR, &out,
-                                         &sf, NULL),
-                       "num_per_channels 16 is not supported");
-    EXPECT_UNSUPPORTED(tk_per_token_cast(&x, 512, true, TK_SF_COL_MAJOR, &out,
-                                         &sf, NULL),
-                       "num_per_channels 512 is not supported");
+    /* npc 16 and npc == H are supported (api_cast_fp4.c): the SF must
+     * then have their shape */
+    EXPECT_INVALID(tk_per_token_cast(&x, 16, true, TK_SF_COL_MAJOR, &out,
+                                     &sf, NULL),
+                   "out_sf: shape[1] is 4, expected 32");
+    EXPECT_INVALID(tk_per_token_cast(&x, 512, true, TK_SF_COL_MAJOR, &out,
+                                     &sf, NULL),
+                   "out_sf: shape[1] is 4, expected 1");
+    EXPECT_INVALID(tk_per_token_cast(&x, 1024, true, TK_SF_COL_MAJOR, &out,
+                                     &sf, NULL),
+                   "num_per_channels is 1024");
     EXPECT_INVALID(tk_per_token_cast(&x, 128, true, (tk_sf_layout)9, &out, &sf,
                                      NULL),
                    "sf_layout is 9");
@@ -665,9 +671,9 @@ Test(cast_back, rejects_bad_arguments, .init = setup)
     bad.dtype = TK_BF16;
     EXPECT_INVALID(tk_cast_back(&bad, &sf, 1, 128, &out, NULL),
                    "x: dtype is bf16, expected e4m3");
-    bad.dtype = TK_I8;
-    EXPECT_UNSUPPORTED(tk_cast_back(&bad, &sf, 1, 128, &out, NULL),
-                       "packed e2m1");
+    bad.dtype = TK_I8; /* packed e2m1: (T, 512) bytes hold H = 1024 */
+    EXPECT_INVALID(tk_cast_back(&bad, &sf, 1, 128, &out, NULL),
+                   "out: shape[1] is 512, expected 1024");
     bad = out;
     bad.dtype = TK_F16;
     EXPECT_INVALID(tk_cast_back(&x, &sf, 1, 128, &bad, NULL),

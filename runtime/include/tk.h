@@ -220,7 +220,7 @@ typedef struct tk_top2_sum_gate_options {
 } tk_top2_sum_gate_options;
 
 /* top2_sum_gate, the MoE router.  logits f32 (T, R) contiguous, R % 4 ==
- * 0, R <= 512; bias f32 (R).  Optional (NULL = absent): mask and
+ * 0, R <= 384; bias f32 (R).  Optional (NULL = absent): mask and
  * fix_routing_mask bool (T); to_physical_map i32 (rows >= R + S, D) with
  * logical_count i32 (rows), both contiguous (D - 1 extra experts, needed
  * for shared experts); unmapped_topk_idx i64 (T, K) with any row stride

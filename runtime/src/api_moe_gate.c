@@ -11,7 +11,8 @@
  *   topk_sum_and_topk_group_idx__eg<N>[_any] group size <= N, _any when
  *                                            the group size is not a
  *                                            multiple of 4 (no vectors)
- *   top2_sum_gate__r<128|256|384|512>        R <= 128 ... 512
+ *   top2_sum_gate__r<128|256|384>            R <= 128 ... 384 (the spec's
+ *                                            largest expert count)
  *   normalize_weight__default
  *
  * Optional top2_sum_gate tensors reach the kernel as empty tensors plus a
@@ -26,8 +27,10 @@
 
 /* Experts one warp holds in registers per vector column (32 lanes x 4). */
 #define TK_GATE_EXPERTS_PER_VECTOR 128
-/* Widest row the gate instances hold: 4 vectors per lane. */
+/* Widest rows the instances hold: 4 vectors per lane for topk_gate, 3
+ * for the (much larger) top2_sum_gate. */
 #define TK_GATE_MAX_EXPERTS 512
+#define TK_TOP2_MAX_EXPERTS 384
 /* One warp per token: ranks and slots live in lanes. */
 #define TK_GATE_WARP 32
 
@@ -177,11 +180,9 @@ typedef tk_status (*tk__top2_launcher)(
     bool, int32_t, int32_t, int32_t, int32_t, int32_t, float, tk_stream);
 
 static const tk__top2_launcher tk__top2_launchers[] = {
-    tkl_top2_sum_gate__r128, tkl_top2_sum_gate__r256, tkl_top2_sum_gate__r384,
-    tkl_top2_sum_gate__r512};
+    tkl_top2_sum_gate__r128, tkl_top2_sum_gate__r256, tkl_top2_sum_gate__r384};
 static const char *const tk__top2_names[] = {
-    "top2_sum_gate__r128", "top2_sum_gate__r256", "top2_sum_gate__r384",
-    "top2_sum_gate__r512"};
+    "top2_sum_gate__r128", "top2_sum_gate__r256", "top2_sum_gate__r384"};
 
 /* An optional 1-D tensor of `length` elements of `dtype` (NULL = absent);
  * *empty receives the empty stand-in the kernel gets when it is absent. */
@@ -413,10 +414,10 @@ tk_status tk_top2_sum_gate(const tk_tensor *logits, const tk_tensor *bias,
         (status = tk__check_storage(function, "unmapped_topk_idx",
                                     unmapped_topk_idx)))
         return status;
-    if (routed > TK_GATE_MAX_EXPERTS)
+    if (routed > TK_TOP2_MAX_EXPERTS)
         return tk__fail(TK_ERROR_UNSUPPORTED,
                         "%s: %lld experts; the library ships up to %d",
-                        function, (long long)routed, TK_GATE_MAX_EXPERTS);
+                        function, (long long)routed, TK_TOP2_MAX_EXPERTS);
     if (tokens == 0)
         return TK_SUCCESS;
 

@@ -19,7 +19,7 @@
 /* kernels/moe_route.tk: MAX_GROUPS, MAP_UNIT, MAP_MAX_EXPERTS,
  * MAP_MAX_CHUNKS, and the row length the unrolled unique kernel takes. */
 #define TK_MOE_MAX_GROUPS 4096
-#define TK_MAP_UNIT 512
+#define TK_MAP_UNIT 256
 #define TK_MAP_MAX_EXPERTS 1024
 #define TK_MAP_MAX_CHUNKS 256
 #define TK_UNIQUE_UNROLLED_TOPK 16
@@ -255,6 +255,13 @@ tk_status tk_get_fused_mapping(const tk_tensor *topk_idx, int num_experts, int a
     if (topk < 1)
         return tk__fail(TK_ERROR_INVALID_ARGUMENT,
                         "%s: topk_idx: shape[1] (num_topk) is 0, expected >= 1", function);
+    /* Positions are int32: the aligned ranges must end below 2^31. */
+    if (tokens * topk + (int64_t)(alignment - 1) * num_experts > INT32_MAX)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "%s: alignment is %d: T*K + (alignment-1)*num_experts = %lld "
+                        "positions do not fit int32",
+                        function, alignment,
+                        (long long)(tokens * topk + (int64_t)(alignment - 1) * num_experts));
     static const tk_dtype position[] = {TK_I32};
     if ((status = tk__check_vector(function, "out->pos_to_expert", &out->pos_to_expert, TK_I32,
                                    -1, NULL)))

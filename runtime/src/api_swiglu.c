@@ -3,13 +3,15 @@
  * 6.11; kernels/swiglu.tk):
  *
  *   tk_swiglu_forward_and_per_token_cast
- *       swiglu_forward_per_token_cast__<in>[_round|_packed]  npc == 128
- *       swiglu_forward_per_row_cast__<in>[_round]            npc == I
+ *       swiglu_forward_per_token_cast__<in>[_packed]  npc == 128
+ *       swiglu_forward_per_row_cast__<in>             npc == I
  *   tk_swiglu_backward_and_per_token_cast
  *       swiglu_backward_clear_weight_grad__default, then
- *       swiglu_backward_per_token_cast__npc<32|128>[_round]
+ *       swiglu_backward_per_token_cast__npc<32|128>
  *   tk_swiglu_forward_and_per_channel_cast_and_transpose
- *       swiglu_forward_per_channel_cast__bm<32|128>[_round][_t]
+ *       swiglu_forward_per_channel_cast__bm<32|128>[_t]
+ *
+ * round_sf is a kernel argument, not part of the instance.
  *
  * Each function validates the TileKernels-level arguments, then hands the
  * kernels x as the (rows, 2, I) view of the (rows, 2I) matrix, optional
@@ -118,45 +120,41 @@ typedef tk_status (*tk__swiglu_block_launcher)(
     const tk_tensor *pos_to_token_topk, const tk_tensor *topk_weights,
     const tk_tensor *clamped_count, const tk_tensor *out, const tk_tensor *sf,
     const tk_tensor *sf_bytes, bool use_mask, bool use_weights, bool use_clamp,
-    float clamp, bool count, float sf_floor, int32_t tiles, tk_stream stream);
+    float clamp, bool count, float sf_floor, bool round_sf, int32_t tiles,
+    tk_stream stream);
 typedef tk_status (*tk__swiglu_row_launcher)(
     const tk_tensor *x, const tk_tensor *pos_to_expert,
     const tk_tensor *pos_to_token_topk, const tk_tensor *topk_weights,
     const tk_tensor *clamped_count, const tk_tensor *out, const tk_tensor *sf,
     bool use_mask, bool use_weights, bool use_clamp, float clamp, bool count,
-    float sf_floor, tk_stream stream);
+    float sf_floor, bool round_sf, tk_stream stream);
 
 static const struct {
     tk_dtype in;
-    bool round_sf, packed;
+    bool packed;
     const char *name;
     tk__swiglu_block_launcher launcher;
 } tk__swiglu_block_instances[] = {
-#define TK_INSTANCE(IN, round, packed, label)                          \
-    {IN, round, packed, "swiglu_forward_per_token_cast__" #label,      \
+#define TK_INSTANCE(IN, packed, label)                                 \
+    {IN, packed, "swiglu_forward_per_token_cast__" #label,             \
      tkl_swiglu_forward_per_token_cast__##label}
-    TK_INSTANCE(TK_BF16, false, false, bf16),
-    TK_INSTANCE(TK_BF16, true, false, bf16_round),
-    TK_INSTANCE(TK_BF16, true, true, bf16_packed),
-    TK_INSTANCE(TK_F32, false, false, f32),
-    TK_INSTANCE(TK_F32, true, false, f32_round),
-    TK_INSTANCE(TK_F32, true, true, f32_packed),
+    TK_INSTANCE(TK_BF16, false, bf16),
+    TK_INSTANCE(TK_BF16, true, bf16_packed),
+    TK_INSTANCE(TK_F32, false, f32),
+    TK_INSTANCE(TK_F32, true, f32_packed),
 #undef TK_INSTANCE
 };
 
 static const struct {
     tk_dtype in;
-    bool round_sf;
     const char *name;
     tk__swiglu_row_launcher launcher;
 } tk__swiglu_row_instances[] = {
-#define TK_INSTANCE(IN, round, label)                                  \
-    {IN, round, "swiglu_forward_per_row_cast__" #label,                \
+#define TK_INSTANCE(IN, label)                                         \
+    {IN, "swiglu_forward_per_row_cast__" #label,                       \
      tkl_swiglu_forward_per_row_cast__##label}
-    TK_INSTANCE(TK_BF16, false, bf16),
-    TK_INSTANCE(TK_BF16, true, bf16_round),
-    TK_INSTANCE(TK_F32, false, f32),
-    TK_INSTANCE(TK_F32, true, f32_round),
+    TK_INSTANCE(TK_BF16, bf16),
+    TK_INSTANCE(TK_F32, f32),
 #undef TK_INSTANCE
 };
 
@@ -334,14 +332,13 @@ tk_status tk_swiglu_forward_and_per_token_cast(
 
     if (per_row) {
         for (int i = 0; i < TK_SWIGLU_COUNT(tk__swiglu_row_instances); i++) {
-            if (tk__swiglu_row_instances[i].in != x->dtype ||
-                tk__swiglu_row_instances[i].round_sf != round_sf)
+            if (tk__swiglu_row_instances[i].in != x->dtype)
                 continue;
             tk__set_last_instance(tk__swiglu_row_instances[i].name);
             return tk__swiglu_row_instances[i].launcher(
                 &halves, &mask, &index, &weights, &counts, out, &scales,
                 pos_to_expert != NULL, topk_weights != NULL, use_clamp, clamp,
-                count, floor, stream);
+                count, floor, round_sf, stream);
         }
     } else {
         bool packed = sf_layout == TK_SF_PACKED_UE8M0;
@@ -361,14 +358,13 @@ tk_status tk_swiglu_forward_and_per_token_cast(
             return status;
         for (int i = 0; i < TK_SWIGLU_COUNT(tk__swiglu_block_instances); i++) {
             if (tk__swiglu_block_instances[i].in != x->dtype ||
-                tk__swiglu_block_instances[i].round_sf != round_sf ||
                 tk__swiglu_block_instances[i].packed != packed)
                 continue;
             tk__set_last_instance(tk__swiglu_block_instances[i].name);
             return tk__swiglu_block_instances[i].launcher(
                 &halves, &mask, &index, &weights, &counts, out, &f32_scales,
                 &byte_scales, pos_to_expert != NULL, topk_weights != NULL,
-                use_clamp, clamp, count, floor, tiles, stream);
+                use_clamp, clamp, count, floor, round_sf, tiles, stream);
         }
     }
     /* Every combination admitted above has an instance. */
@@ -383,22 +379,19 @@ typedef tk_status (*tk__swiglu_backward_launcher)(
     const tk_tensor *weight, const tk_tensor *pos_to_token_topk,
     const tk_tensor *out, const tk_tensor *x_grad_fp8,
     const tk_tensor *x_grad_sf, const tk_tensor *x_grad,
-    const tk_tensor *weight_grad, bool use_clamp, float clamp,
+    const tk_tensor *weight_grad, bool use_clamp, float clamp, bool round_sf,
     tk_stream stream);
 
 static const struct {
     int num_per_channels;
-    bool round_sf;
     const char *name;
     tk__swiglu_backward_launcher launcher;
 } tk__swiglu_backward_instances[] = {
-#define TK_INSTANCE(npc, round, label)                                 \
-    {npc, round, "swiglu_backward_per_token_cast__" #label,            \
+#define TK_INSTANCE(npc, label)                                        \
+    {npc, "swiglu_backward_per_token_cast__" #label,                   \
      tkl_swiglu_backward_per_token_cast__##label}
-    TK_INSTANCE(32, false, npc32),
-    TK_INSTANCE(32, true, npc32_round),
-    TK_INSTANCE(128, false, npc128),
-    TK_INSTANCE(128, true, npc128_round),
+    TK_INSTANCE(32, npc32),
+    TK_INSTANCE(128, npc128),
 #undef TK_INSTANCE
 };
 
@@ -469,8 +462,7 @@ tk_status tk_swiglu_backward_and_per_token_cast(
     int instance = -1;
     for (int i = 0; i < TK_SWIGLU_COUNT(tk__swiglu_backward_instances); i++)
         if (tk__swiglu_backward_instances[i].num_per_channels ==
-                num_per_channels &&
-            tk__swiglu_backward_instances[i].round_sf == round_sf)
+            num_per_channels)
             instance = i;
     /* weight_grad is zeroed, then every row adds its sum into its entry;
      * entries no row maps to (token_topk_to_pos == -1) stay 0. */
@@ -494,7 +486,7 @@ tk_status tk_swiglu_backward_and_per_token_cast(
     return tk__swiglu_backward_instances[instance].launcher(
         &x_halves, &sf_halves, grad_out, &weight_flat, pos_to_token_topk, out,
         &grad_halves, &grad_sf_halves, &x_grad_halves, &weight_grad_flat,
-        use_clamp, use_clamp ? *swiglu_clamp_value : 0.0f, stream);
+        use_clamp, use_clamp ? *swiglu_clamp_value : 0.0f, round_sf, stream);
 }
 
 /* ---- swiglu_forward_and_per_channel_cast_and_transpose ------------------- */
@@ -503,25 +495,22 @@ typedef tk_status (*tk__swiglu_channel_launcher)(const tk_tensor *x,
                                                  const tk_tensor *out,
                                                  const tk_tensor *sf,
                                                  bool use_clamp, float clamp,
+                                                 bool round_sf,
                                                  tk_stream stream);
 
 static const struct {
     int num_per_tokens;
-    bool round_sf, transpose;
+    bool transpose;
     const char *name;
     tk__swiglu_channel_launcher launcher;
 } tk__swiglu_channel_instances[] = {
-#define TK_INSTANCE(bm, round, transpose, label)                       \
-    {bm, round, transpose, "swiglu_forward_per_channel_cast__" #label, \
+#define TK_INSTANCE(bm, transpose, label)                              \
+    {bm, transpose, "swiglu_forward_per_channel_cast__" #label,        \
      tkl_swiglu_forward_per_channel_cast__##label}
-    TK_INSTANCE(32, false, false, bm32),
-    TK_INSTANCE(32, true, false, bm32_round),
-    TK_INSTANCE(128, false, false, bm128),
-    TK_INSTANCE(128, true, false, bm128_round),
-    TK_INSTANCE(32, false, true, bm32_t),
-    TK_INSTANCE(32, true, true, bm32_round_t),
-    TK_INSTANCE(128, false, true, bm128_t),
-    TK_INSTANCE(128, true, true, bm128_round_t),
+    TK_INSTANCE(32, false, bm32),
+    TK_INSTANCE(128, false, bm128),
+    TK_INSTANCE(32, true, bm32_t),
+    TK_INSTANCE(128, true, bm128_t),
 #undef TK_INSTANCE
 };
 
@@ -576,13 +565,12 @@ tk_status tk_swiglu_forward_and_per_channel_cast_and_transpose(
     float clamp = use_clamp ? tk__swiglu_round_bf16(*swiglu_clamp_value) : 0.0f;
     for (int i = 0; i < TK_SWIGLU_COUNT(tk__swiglu_channel_instances); i++) {
         if (tk__swiglu_channel_instances[i].num_per_tokens != num_per_tokens ||
-            tk__swiglu_channel_instances[i].round_sf != round_sf ||
             tk__swiglu_channel_instances[i].transpose == without_transpose)
             continue;
         tk__set_last_instance(tk__swiglu_channel_instances[i].name);
         return tk__swiglu_channel_instances[i].launcher(&halves, out, out_sf,
                                                         use_clamp, clamp,
-                                                        stream);
+                                                        round_sf, stream);
     }
     return tk__fail(TK_ERROR_UNSUPPORTED, "%s: no instance", function);
 }

@@ -31,7 +31,7 @@ static uint32_t round_shift(uint32_t m, int shift) {
     return (uint32_t)q;
 }
 
-uint8_t ref_e2m1_from_f32(float value) {
+uint8_t ref_fp4_from_f32(float value) {
     uint32_t bits = ref_f32_bits(value);
     uint8_t sign = (uint8_t)((bits >> 28) & 8u);
     uint32_t magnitude = bits & 0x7FFFFFFFu;
@@ -56,21 +56,21 @@ uint8_t ref_e2m1_from_f32(float value) {
     return sign | (uint8_t)code;
 }
 
-float ref_e2m1_to_f32(uint8_t code) {
+float ref_fp4_to_f32(uint8_t code) {
     static const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     float v = magnitude[code & 7];
     return (code & 8) ? -v : v;
 }
 
-ref_scale ref_quant_scale(float amax, tk_dtype format, bool round_sf) {
+ref_scale ref_fp4_scale(float amax, tk_dtype format, bool round_sf) {
     if (format != TK_E2M1)
         return ref_sf_and_inv(amax, round_sf);
     ref_scale scale;
-    float clamped = fmaxf(amax, ref_f32_from_bits(REF_E2M1_CLAMP_MIN_BITS));
-    float sf = clamped / REF_E2M1_MAX;
+    float clamped = fmaxf(amax, ref_f32_from_bits(REF_FP4_CLAMP_MIN_BITS));
+    float sf = clamped / REF_FP4_MAX;
     if (!round_sf) {
         scale.sf = sf;
-        scale.inv = REF_E2M1_MAX / clamped; /* a second division */
+        scale.inv = REF_FP4_MAX / clamped; /* a second division */
         scale.ue8m0 = 0;
         return scale;
     }
@@ -112,7 +112,7 @@ static float load_element(const ref_quant_input *x, int64_t r, int64_t c) {
         return ref_e4m3_to_f32(row[r * x->row_stride + c]);
     case TK_E2M1: {
         uint8_t byte = row[r * x->row_stride + c / 2];
-        return ref_e2m1_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
+        return ref_fp4_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
     }
     default:
         return NAN;
@@ -143,7 +143,7 @@ static void quant_rows(void *context, int64_t begin, int64_t end) {
                         value = value * input_scale(job, r, c);
                     amax = fmaxf(amax, value);
                 }
-                scale = ref_quant_scale(amax, job->format, job->round_sf);
+                scale = ref_fp4_scale(amax, job->format, job->round_sf);
                 ref_sf_store(&job->shape, job->sf, r, g, scale);
             }
             if (!job->out)
@@ -158,7 +158,7 @@ static void quant_rows(void *context, int64_t begin, int64_t end) {
                     continue;
                 }
                 uint8_t *byte = &job->out[(r * job->cols + c) / 2];
-                uint8_t code = ref_e2m1_from_f32(scaled);
+                uint8_t code = ref_fp4_from_f32(scaled);
                 *byte = c % 2 ? (uint8_t)((*byte & 0x0F) | (code << 4))
                               : (uint8_t)((*byte & 0xF0) | code);
             }
@@ -225,7 +225,7 @@ static void back_rows(void *context, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r++)
         for (int64_t c = 0; c < job->cols; c++) {
             uint8_t byte = job->x[(r * job->cols + c) / 2];
-            float value = ref_e2m1_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
+            float value = ref_fp4_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
             float scale = ref_sf_load(&job->shape, job->sf, r / job->shape.block_m,
                                       c / job->shape.block_k);
             store_output(job->out_dtype, job->out, r * job->cols + c, value * scale);
@@ -253,8 +253,8 @@ bool ref_unpack_e2m1(const uint8_t *x, int64_t bytes, tk_dtype out_dtype, void *
     if ((out_dtype != TK_F32 && out_dtype != TK_BF16) || bytes < 0)
         return false;
     for (int64_t j = 0; j < bytes; j++) {
-        store_output(out_dtype, out, 2 * j, ref_e2m1_to_f32(x[j] & 0xF));
-        store_output(out_dtype, out, 2 * j + 1, ref_e2m1_to_f32(x[j] >> 4));
+        store_output(out_dtype, out, 2 * j, ref_fp4_to_f32(x[j] & 0xF));
+        store_output(out_dtype, out, 2 * j + 1, ref_fp4_to_f32(x[j] >> 4));
     }
     return true;
 }

@@ -1,0 +1,712 @@
+/*
+ * test_gpu_fp4.c -- golden tests of kernels/quant_fp4.tk on the GPU:
+ * per_token_cast to e2m1 (and e4m3 with npc 16 and npc == H), the SF-only
+ * and precomputed-SF modes, requantisation of e4m3 / packed FP4 input, and
+ * cast_back from packed FP4, compared byte for byte with tests/ref/fp4.c.
+ *
+ * Without a usable CUDA device every test is skipped.  On the GPU machine
+ * the method is test_gpu_kernels.c's: inputs are normals times random
+ * powers of two, uploaded once per test; outputs and SF buffers are
+ * poisoned (0xFF) before each launch and TAIL_BYTES past each output must
+ * stay poisoned; data is compared over the valid bytes, SF buffers only at
+ * the bytes that hold a scale.  The sweep (tilekernels-spec.md 6.1, 6.3,
+ * 12.1, 12.4): tokens 0 / 4001 / 8001, hidden 576 ... 7168, f32 and bf16,
+ * npc 16 / 32 / 64 / 128 / H, SF row-major (round or not), column-major and
+ * packed UE8M0, row strides H + 64 and H + 1, quantised inputs with
+ * (128, 128) and (32, 32) blocks in every SF layout.  Each test stays well
+ * under two minutes on the 16-core H200 machine.  TK_TEST_SEED changes the
+ * inputs; TK_REF_THREADS the reference threads.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fp4.h"
+#include "reference.h"
+#include "tk.h"
+#include "tk_internal.h"
+
+#define TAIL_BYTES 256
+#define POISON 0xFF
+
+static const int64_t HIDDEN[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
+#define NUM_HIDDEN (sizeof HIDDEN / sizeof HIDDEN[0])
+static const int64_t TOKENS[] = {0, 4001, 8001};
+#define MAX_TOKENS 8001
+#define MAX_HIDDEN 7168
+#define MAX_STRIDE (MAX_HIDDEN + 64)
+
+static uint64_t test_seed(void) {
+    const char *env = getenv("TK_TEST_SEED");
+    return env ? strtoull(env, NULL, 0) : 0;
+}
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ---- device helpers (as in test_gpu_kernels.c) ----------------------------- */
+
+static const tk__driver_api *api;
+
+static void check_cu(CUresult result, const char *what) {
+    if (result == CUDA_SUCCESS)
+        return;
+    const char *message = "?";
+    if (api->cuGetErrorString)
+        api->cuGetErrorString(result, &message);
+    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
+}
+#define CU(call) check_cu(api->call, #call)
+
+static void gpu_begin(void) {
+    if (tk_device_check() != TK_SUCCESS)
+        cr_skip_test("no usable CUDA device: %s", tk_last_error());
+    cr_assert_eq(tk__driver(&api), TK_SUCCESS, "tk__driver: %s", tk_last_error());
+}
+
+static CUdeviceptr device_alloc(size_t bytes) {
+    CUdeviceptr ptr = 0;
+    CU(cuMemAlloc(&ptr, bytes ? bytes : 1));
+    return ptr;
+}
+
+static void *host_alloc(size_t bytes) {
+    void *memory = malloc(bytes ? bytes : 1);
+    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
+    return memory;
+}
+
+static tk_tensor tensor2(CUdeviceptr data, tk_dtype dtype, int64_t d0, int64_t d1, int64_t s0,
+                         int64_t s1) {
+    tk_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)(uintptr_t)data;
+    t.dtype = dtype;
+    t.rank = 2;
+    t.shape[0] = d0;
+    t.shape[1] = d1;
+    t.strides[0] = s0;
+    t.strides[1] = s1;
+    return t;
+}
+
+static void check_status(tk_status status, const char *what) {
+    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
+                 tk_last_error());
+}
+
+static void poison(CUdeviceptr ptr, size_t bytes) { CU(cuMemsetD8(ptr, POISON, bytes + TAIL_BYTES)); }
+
+/* Synchronises, downloads bytes + tail, checks the tail is untouched. */
+static void download(void *host, CUdeviceptr device, size_t bytes, const char *what) {
+    CU(cuCtxSynchronize());
+    CU(cuMemcpyDtoH(host, device, bytes + TAIL_BYTES));
+    const unsigned char *tail = (const unsigned char *)host + bytes;
+    for (size_t i = 0; i < TAIL_BYTES; i++)
+        cr_assert_eq(tail[i], POISON, "%s: wrote past the end of the output (byte %zu after)",
+                     what, i);
+}
+
+static void expect_equal(const void *got, const void *want, size_t bytes, int64_t row_bytes,
+                         const char *what) {
+    size_t first = ref_first_difference(got, want, bytes);
+    if (first == SIZE_MAX)
+        return;
+    size_t count = 0;
+    for (size_t i = first; i < bytes; i++)
+        count += ((const unsigned char *)got)[i] != ((const unsigned char *)want)[i];
+    cr_assert_fail("%s: first mismatch at byte %zu (row %ld, byte %ld): got 0x%02x, expected "
+                   "0x%02x; %zu of %zu bytes differ",
+                   what, first, (long)(first / (size_t)row_bytes),
+                   (long)(first % (size_t)row_bytes), ((const unsigned char *)got)[first],
+                   ((const unsigned char *)want)[first], count, bytes);
+}
+
+static void expect_equal_sf(const ref_sf_shape *shape, const unsigned char *got,
+                            const unsigned char *want, const char *what) {
+    size_t size = ref_sf_entry_bytes(shape);
+    for (int64_t i = 0; i < shape->nbm; i++)
+        for (int64_t k = 0; k < shape->nbk; k++) {
+            size_t offset = ref_sf_offset(shape, i, k);
+            if (memcmp(got + offset, want + offset, size) != 0)
+                cr_assert_fail("%s: scale of block (%ld, %ld) differs (byte offset %zu)", what,
+                               (long)i, (long)k, offset);
+        }
+}
+
+static const char *dtype_name(tk_dtype dtype) {
+    return dtype == TK_F32 ? "f32" : dtype == TK_BF16 ? "bf16" : dtype == TK_E4M3 ? "e4m3"
+                                                                                 : "e2m1";
+}
+static const char *layout_name(tk_sf_layout layout) {
+    return layout == TK_SF_ROW_MAJOR ? "row" : layout == TK_SF_COL_MAJOR ? "col" : "packed";
+}
+
+/* ---- shared state: one random input, output and SF buffers ---------------- */
+
+typedef struct state {
+    tk_dtype in_dtype;
+    size_t in_size;
+    void *input;
+    unsigned char *got, *want, *got_sf, *want_sf;
+    CUdeviceptr device_input, device_output, device_sf, device_aux;
+    size_t sf_bytes;
+    int cases;
+} state;
+
+static void state_begin(state *s, tk_dtype in_dtype) {
+    gpu_begin();
+    s->in_dtype = in_dtype;
+    s->in_size = tk_dtype_size(in_dtype);
+    s->cases = 0;
+    size_t input_bytes = (size_t)MAX_TOKENS * MAX_STRIDE * s->in_size;
+    size_t out_bytes = (size_t)MAX_TOKENS * MAX_HIDDEN * 4; /* room for f32 cast_back */
+    ref_sf_shape largest; /* (1, 16) blocks, column-major */
+    ref_sf_shape_of(MAX_TOKENS, MAX_HIDDEN, 1, 16, TK_SF_COL_MAJOR, &largest);
+    s->sf_bytes = largest.bytes;
+    s->input = host_alloc(input_bytes);
+    ref_fill_rand_float(s->input, in_dtype, MAX_TOKENS, MAX_STRIDE, -110, 126,
+                        test_seed() + 7000 + (uint64_t)in_dtype);
+    s->got = host_alloc(out_bytes + TAIL_BYTES);
+    s->want = host_alloc(out_bytes + TAIL_BYTES);
+    s->got_sf = host_alloc(s->sf_bytes + TAIL_BYTES);
+    s->want_sf = host_alloc(s->sf_bytes + TAIL_BYTES);
+    s->device_input = device_alloc(input_bytes);
+    s->device_output = device_alloc(out_bytes + TAIL_BYTES);
+    s->device_sf = device_alloc(s->sf_bytes + TAIL_BYTES);
+    s->device_aux = device_alloc(s->sf_bytes + TAIL_BYTES);
+    CU(cuMemcpyHtoD(s->device_input, s->input, input_bytes));
+}
+
+static void state_end(state *s) {
+    CU(cuMemFree(s->device_input));
+    CU(cuMemFree(s->device_output));
+    CU(cuMemFree(s->device_sf));
+    CU(cuMemFree(s->device_aux));
+    free(s->input);
+    free(s->got);
+    free(s->want);
+    free(s->got_sf);
+    free(s->want_sf);
+}
+
+static size_t out_row_bytes(tk_dtype format, int64_t hidden) {
+    return (size_t)(format == TK_E2M1 ? hidden / 2 : hidden);
+}
+
+/* ---- per_token_cast of float input ---------------------------------------- */
+
+/* One tk_per_token_cast case on the view (tokens, hidden, stride). */
+static void cast_case(state *s, tk_dtype format, int64_t tokens, int64_t hidden, int64_t stride,
+                      int npc, bool round_sf, tk_sf_layout layout) {
+    char what[200];
+    snprintf(what, sizeof what, "per_token_cast %s->%s T=%ld H=%ld stride=%ld npc=%d round=%d sf=%s",
+             dtype_name(s->in_dtype), dtype_name(format), (long)tokens, (long)hidden,
+             (long)stride, npc, round_sf, layout_name(layout));
+    ref_sf_shape shape;
+    cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, layout, &shape));
+    size_t out_bytes = (size_t)tokens * out_row_bytes(format, hidden);
+    poison(s->device_output, out_bytes);
+    poison(s->device_sf, shape.bytes);
+    tk_tensor sf;
+    size_t sf_bytes = 0;
+    check_status(tk_sf_desc(tokens, hidden, 1, npc, layout, &sf, &sf_bytes), "tk_sf_desc");
+    cr_assert_eq(sf_bytes, shape.bytes);
+    sf.data = (void *)(uintptr_t)s->device_sf;
+    tk_tensor x = tensor2(s->device_input, s->in_dtype, tokens, hidden, stride, 1);
+    int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
+    tk_tensor out = tensor2(s->device_output, format == TK_E2M1 ? TK_I8 : TK_E4M3, tokens,
+                            out_cols, out_cols, 1);
+    check_status(tk_per_token_cast(&x, npc, round_sf, layout, &out, &sf, NULL), what);
+    download(s->got, s->device_output, out_bytes, what);
+    download(s->got_sf, s->device_sf, shape.bytes, what);
+    ref_quant_input in = {s->input, s->in_dtype, stride, NULL, 0, 0, 0};
+    memset(s->want_sf, POISON, shape.bytes);
+    cr_assert(ref_per_token_quant(&in, tokens, hidden, npc, format, round_sf, layout, NULL,
+                                  s->want, s->want_sf));
+    expect_equal(s->got, s->want, out_bytes, out_cols, what);
+    expect_equal_sf(&shape, s->got_sf, s->want_sf, what);
+    s->cases++;
+}
+
+static const struct {
+    bool round_sf;
+    tk_sf_layout layout;
+} MODES[] = {
+    {true, TK_SF_ROW_MAJOR},     /* TileKernels' (F, T, F) */
+    {true, TK_SF_PACKED_UE8M0},  /* TileKernels' (T, T, T) */
+    {false, TK_SF_ROW_MAJOR},
+    {true, TK_SF_COL_MAJOR},
+};
+
+static void run_e2m1_cast(tk_dtype in_dtype) {
+    state s;
+    double start = now_seconds();
+    state_begin(&s, in_dtype);
+    static const int NPC[] = {16, 32, 64, 128, 0 /* H */};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t h = 0; h < NUM_HIDDEN; h++)
+            for (int n = 0; n < 5; n++)
+                for (int m = 0; m < 4; m++) {
+                    /* the extra modes at 4001 tokens only, to bound the time */
+                    if (m >= 2 && TOKENS[t] == 8001)
+                        continue;
+                    int npc = NPC[n] ? NPC[n] : (int)HIDDEN[h];
+                    cast_case(&s, TK_E2M1, TOKENS[t], HIDDEN[h], HIDDEN[h], npc,
+                              MODES[m].round_sf, MODES[m].layout);
+                }
+    /* row strides: a multiple of the vector and an odd one */
+    for (size_t h = 0; h < NUM_HIDDEN; h += 3)
+        for (int n = 0; n < 5; n += 2)
+            for (int m = 0; m < 2; m++) {
+                int npc = NPC[n] ? NPC[n] : (int)HIDDEN[h];
+                cast_case(&s, TK_E2M1, 4001, HIDDEN[h], HIDDEN[h] + 64, npc, MODES[m].round_sf,
+                          MODES[m].layout);
+                cast_case(&s, TK_E2M1, 4001, HIDDEN[h], HIDDEN[h] + 1, npc, MODES[m].round_sf,
+                          MODES[m].layout);
+            }
+    cr_log_info("per_token_cast %s->e2m1: %d cases in %.1f s", dtype_name(in_dtype), s.cases,
+                now_seconds() - start);
+    state_end(&s);
+}
+
+Test(per_token_cast_e2m1, bf16, .timeout = 1800) { run_e2m1_cast(TK_BF16); }
+Test(per_token_cast_e2m1, f32, .timeout = 1800) { run_e2m1_cast(TK_F32); }
+
+/* e4m3 with the blockings cast.tk lacks: npc 16 and npc == H. */
+Test(per_token_cast_e4m3, npc_16_and_one_scale_per_token, .timeout = 1800) {
+    tk_dtype dtypes[] = {TK_BF16, TK_F32};
+    for (int d = 0; d < 2; d++) {
+        state s;
+        double start = now_seconds();
+        state_begin(&s, dtypes[d]);
+        for (size_t t = 0; t < 3; t++)
+            for (size_t h = 0; h < NUM_HIDDEN; h++)
+                for (int m = 0; m < 4; m++) {
+                    if (m >= 2 && TOKENS[t] == 8001)
+                        continue;
+                    cast_case(&s, TK_E4M3, TOKENS[t], HIDDEN[h], HIDDEN[h], 16,
+                              MODES[m].round_sf, MODES[m].layout);
+                    cast_case(&s, TK_E4M3, TOKENS[t], HIDDEN[h], HIDDEN[h], (int)HIDDEN[h],
+                              MODES[m].round_sf, MODES[m].layout);
+                }
+        for (size_t h = 0; h < NUM_HIDDEN; h += 2) {
+            cast_case(&s, TK_E4M3, 4001, HIDDEN[h], HIDDEN[h] + 1, (int)HIDDEN[h], true,
+                      TK_SF_PACKED_UE8M0);
+            cast_case(&s, TK_E4M3, 4001, HIDDEN[h], HIDDEN[h] + 64, 16, true, TK_SF_ROW_MAJOR);
+        }
+        cr_log_info("per_token_cast %s->e4m3 npc 16 / H: %d cases in %.1f s",
+                    dtype_name(dtypes[d]), s.cases, now_seconds() - start);
+        state_end(&s);
+    }
+}
+
+/* ---- SF only and precomputed SF ------------------------------------------- */
+
+/* SF-only == the cast's SF (spec 2.6 (3)); the precomputed cast against
+ * the reference reading the same row-major f32 scales. */
+Test(per_token_cast_modes, sf_only_and_precomputed, .timeout = 1800) {
+    state s;
+    double start = now_seconds();
+    state_begin(&s, TK_BF16);
+    static const int NPC[] = {16, 32, 64, 128};
+    for (int f = 0; f < 2; f++)
+        for (size_t h = 0; h < NUM_HIDDEN; h++)
+            for (int n = 0; n < 4; n++)
+                for (int m = 0; m < 4; m++) {
+                    tk_dtype format = f ? TK_E2M1 : TK_E4M3;
+                    int64_t tokens = 4001, hidden = HIDDEN[h];
+                    int npc = NPC[n];
+                    char what[200];
+                    snprintf(what, sizeof what, "sf_only %s H=%ld npc=%d round=%d sf=%s",
+                             dtype_name(format), (long)hidden, npc, MODES[m].round_sf,
+                             layout_name(MODES[m].layout));
+                    ref_sf_shape shape;
+                    cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, MODES[m].layout, &shape));
+                    tk_tensor sf;
+                    check_status(tk_sf_desc(tokens, hidden, 1, npc, MODES[m].layout, &sf, NULL),
+                                 "tk_sf_desc");
+                    sf.data = (void *)(uintptr_t)s.device_sf;
+                    tk_tensor x = tensor2(s.device_input, TK_BF16, tokens, hidden, hidden, 1);
+                    poison(s.device_sf, shape.bytes);
+                    check_status(tk_per_token_cast_with_sf_only(&x, format, npc,
+                                                                MODES[m].round_sf,
+                                                                MODES[m].layout, &sf, NULL),
+                                 what);
+                    download(s.got_sf, s.device_sf, shape.bytes, what);
+                    /* the cast's scales, on the GPU */
+                    cast_case(&s, format, tokens, hidden, hidden, npc, MODES[m].round_sf,
+                              MODES[m].layout);
+                    expect_equal_sf(&shape, s.got_sf, s.want_sf, what);
+                    if (MODES[m].layout != TK_SF_ROW_MAJOR)
+                        continue;
+                    /* precomputed: the reference's scales, uploaded */
+                    snprintf(what, sizeof what, "precomputed %s H=%ld npc=%d round=%d",
+                             dtype_name(format), (long)hidden, npc, MODES[m].round_sf);
+                    CU(cuMemcpyHtoD(s.device_aux, s.want_sf, shape.bytes));
+                    tk_tensor pre = sf;
+                    pre.data = (void *)(uintptr_t)s.device_aux;
+                    int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
+                    size_t out_bytes = (size_t)tokens * (size_t)out_cols;
+                    tk_tensor out = tensor2(s.device_output, f ? TK_I8 : TK_E4M3, tokens,
+                                            out_cols, out_cols, 1);
+                    poison(s.device_output, out_bytes);
+                    check_status(tk_per_token_cast_with_precomputed_sf(&x, npc, &pre, &out, NULL),
+                                 what);
+                    download(s.got, s.device_output, out_bytes, what);
+                    ref_quant_input in = {s.input, TK_BF16, hidden, NULL, 0, 0, 0};
+                    cr_assert(ref_per_token_quant(&in, tokens, hidden, npc, format, false,
+                                                  TK_SF_ROW_MAJOR, (const float *)s.want_sf,
+                                                  s.want, NULL));
+                    expect_equal(s.got, s.want, out_bytes, out_cols, what);
+                    s.cases += 2;
+                }
+    cr_log_info("sf_only / precomputed: %d cases in %.1f s", s.cases, now_seconds() - start);
+    state_end(&s);
+}
+
+/* ---- requantisation --------------------------------------------------------- */
+
+/* Random power-of-two (or, for f32 layouts, arbitrary positive) input
+ * scales for (bm, bk) blocks of (tokens, hidden), written in `layout`. */
+static void random_scales(unsigned char *sf, const ref_sf_shape *shape, bool powers_of_two,
+                          uint64_t seed) {
+    ref_rng rng = ref_rng_seed(seed, 1);
+    for (int64_t i = 0; i < shape->nbm; i++)
+        for (int64_t k = 0; k < shape->nbk; k++) {
+            int e = (int)(ref_rng_next(&rng) % 40) - 20;
+            ref_scale scale;
+            scale.ue8m0 = (uint8_t)(127 + e);
+            scale.sf = ref_ue8m0_to_f32(scale.ue8m0);
+            if (!powers_of_two)
+                scale.sf *= 1.0f + ref_rng_uniform(&rng);
+            scale.inv = 0.0f;
+            ref_sf_store(shape, sf, i, k, scale);
+        }
+}
+
+Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 1800) {
+    state s;
+    double start = now_seconds();
+    state_begin(&s, TK_BF16);
+    size_t data_bytes = (size_t)MAX_TOKENS * MAX_HIDDEN;
+    uint8_t *data = host_alloc(data_bytes);
+    unsigned char *in_sf = host_alloc(s.sf_bytes);
+    CUdeviceptr device_data = device_alloc(data_bytes);
+    static const int BLOCKS[][2] = {{128, 128}, {32, 32}};
+    static const tk_sf_layout IN_LAYOUTS[] = {TK_SF_ROW_MAJOR, TK_SF_COL_MAJOR,
+                                              TK_SF_PACKED_UE8M0};
+    static const int NPC[] = {32, 128, 16, 64};
+    for (int kind = 0; kind < 2; kind++) {
+        tk_dtype data_dtype = kind ? TK_E2M1 : TK_E4M3;
+        if (kind) /* any byte is two valid FP4 codes */
+            for (size_t i = 0; i < data_bytes; i++)
+                data[i] = (uint8_t)(ref_rng_next(&(ref_rng){test_seed() * 31 + i}) >> 24);
+        else
+            ref_fill_rand_e4m3(data, (int64_t)data_bytes, test_seed() + 8000);
+        CU(cuMemcpyHtoD(device_data, data, data_bytes));
+        for (size_t t = 0; t < 3; t++)
+            for (size_t h = 0; h < NUM_HIDDEN; h++)
+                for (int b = 0; b < 2; b++)
+                    for (int l = 0; l < 3; l++)
+                        for (int f = 0; f < 2; f++)
+                            for (int n = 0; n < 4; n++) {
+                                int64_t tokens = TOKENS[t], hidden = HIDDEN[h];
+                                tk_dtype format = f ? TK_E2M1 : TK_E4M3;
+                                int npc = NPC[n];
+                                /* npc 16 and 64 at one size only */
+                                if (n >= 2 && (tokens != 4001 || h % 3 != 0))
+                                    continue;
+                                /* TileKernels' two modes: row f32 round with a
+                                 * row SF input, packed with packed input; the
+                                 * other input layouts with row output */
+                                tk_sf_layout out_layout =
+                                    IN_LAYOUTS[l] == TK_SF_PACKED_UE8M0 ? TK_SF_PACKED_UE8M0
+                                                                        : TK_SF_ROW_MAJOR;
+                                bool round_sf = true;
+                                if (IN_LAYOUTS[l] == TK_SF_COL_MAJOR && n == 0)
+                                    round_sf = false;
+                                char what[220];
+                                snprintf(what, sizeof what,
+                                         "requant %s->%s T=%ld H=%ld block=%dx%d in_sf=%s npc=%d "
+                                         "round=%d sf=%s",
+                                         dtype_name(data_dtype), dtype_name(format), (long)tokens,
+                                         (long)hidden, BLOCKS[b][0], BLOCKS[b][1],
+                                         layout_name(IN_LAYOUTS[l]), npc, round_sf,
+                                         layout_name(out_layout));
+                                ref_sf_shape in_shape, shape;
+                                cr_assert(ref_sf_shape_of(tokens, hidden, BLOCKS[b][0],
+                                                          BLOCKS[b][1], IN_LAYOUTS[l],
+                                                          &in_shape));
+                                cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, out_layout,
+                                                          &shape));
+                                random_scales(in_sf, &in_shape,
+                                              IN_LAYOUTS[l] != TK_SF_COL_MAJOR,
+                                              test_seed() + (uint64_t)(t * 1000 + h * 10 + b));
+                                CU(cuMemcpyHtoD(s.device_aux, in_sf, in_shape.bytes + 1));
+                                tk_tensor x_sf, sf;
+                                check_status(tk_sf_desc(tokens, hidden, BLOCKS[b][0],
+                                                        BLOCKS[b][1], IN_LAYOUTS[l], &x_sf,
+                                                        NULL),
+                                             "tk_sf_desc");
+                                x_sf.data = (void *)(uintptr_t)s.device_aux;
+                                check_status(tk_sf_desc(tokens, hidden, 1, npc, out_layout, &sf,
+                                                        NULL),
+                                             "tk_sf_desc");
+                                sf.data = (void *)(uintptr_t)s.device_sf;
+                                int64_t data_cols = kind ? hidden / 2 : hidden;
+                                tk_tensor x = tensor2(device_data, kind ? TK_I8 : TK_E4M3, tokens,
+                                                      data_cols, data_cols, 1);
+                                int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
+                                size_t out_bytes = (size_t)tokens * (size_t)out_cols;
+                                tk_tensor out = tensor2(s.device_output, f ? TK_I8 : TK_E4M3,
+                                                        tokens, out_cols, out_cols, 1);
+                                poison(s.device_output, out_bytes);
+                                poison(s.device_sf, shape.bytes);
+                                check_status(tk_per_token_cast_quantized(
+                                                 &x, &x_sf, BLOCKS[b][0], BLOCKS[b][1], npc,
+                                                 round_sf, out_layout, &out, &sf, NULL),
+                                             what);
+                                download(s.got, s.device_output, out_bytes, what);
+                                download(s.got_sf, s.device_sf, shape.bytes, what);
+                                ref_quant_input in = {data, data_dtype, data_cols, in_sf,
+                                                      IN_LAYOUTS[l], BLOCKS[b][0], BLOCKS[b][1]};
+                                cr_assert(ref_per_token_quant(&in, tokens, hidden, npc, format,
+                                                              round_sf, out_layout, NULL, s.want,
+                                                              s.want_sf));
+                                expect_equal(s.got, s.want, out_bytes, out_cols, what);
+                                expect_equal_sf(&shape, s.got_sf, s.want_sf, what);
+                                s.cases++;
+                            }
+    }
+    cr_log_info("per_token_cast_quantized: %d cases in %.1f s", s.cases, now_seconds() - start);
+    CU(cuMemFree(device_data));
+    free(data);
+    free(in_sf);
+    state_end(&s);
+}
+
+/* ---- cast_back from packed FP4 ---------------------------------------------- */
+
+Test(cast_back_e2m1, every_layout_and_block, .timeout = 1800) {
+    state s;
+    double start = now_seconds();
+    state_begin(&s, TK_BF16);
+    size_t data_bytes = (size_t)MAX_TOKENS * MAX_HIDDEN / 2;
+    uint8_t *data = host_alloc(data_bytes);
+    unsigned char *sf = host_alloc(s.sf_bytes);
+    CUdeviceptr device_data = device_alloc(data_bytes);
+    static const int BLOCKS[][2] = {{1, 128}, {1, 0 /* H */}, {1, 32}, {1, 16},
+                                    {128, 128}, {32, 32}};
+    static const tk_sf_layout LAYOUTS[] = {TK_SF_ROW_MAJOR, TK_SF_COL_MAJOR, TK_SF_PACKED_UE8M0};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t h = 0; h < NUM_HIDDEN; h++) {
+            int64_t tokens = TOKENS[t], hidden = HIDDEN[h];
+            for (int b = 0; b < 6; b++)
+                for (int l = 0; l < 3; l++) {
+                    int bm = BLOCKS[b][0], bk = BLOCKS[b][1] ? BLOCKS[b][1] : (int)hidden;
+                    if (b >= 2 && tokens == 8001)
+                        continue;
+                    ref_sf_shape shape;
+                    cr_assert(ref_sf_shape_of(tokens, hidden, bm, bk, LAYOUTS[l], &shape));
+                    if (bm == 1) {
+                        /* data and scales from the per-token cast, as TileKernels' tests */
+                        ref_quant_input in = {s.input, TK_BF16, MAX_STRIDE, NULL, 0, 0, 0};
+                        cr_assert(ref_per_token_quant(&in, tokens, hidden, bk, TK_E2M1,
+                                                      LAYOUTS[l] != TK_SF_COL_MAJOR, LAYOUTS[l],
+                                                      NULL, data, sf));
+                    } else {
+                        for (size_t i = 0; i < (size_t)(tokens * hidden / 2); i++)
+                            data[i] = (uint8_t)(ref_rng_next(&(ref_rng){i * 7 + 3}) >> 40);
+                        random_scales(sf, &shape, LAYOUTS[l] == TK_SF_PACKED_UE8M0, 99 + h);
+                    }
+                    CU(cuMemcpyHtoD(device_data, data, (size_t)(tokens * hidden / 2) + 1));
+                    CU(cuMemcpyHtoD(s.device_aux, sf, shape.bytes + 1));
+                    for (int o = 0; o < 2; o++) {
+                        tk_dtype out_dtype = o ? TK_F32 : TK_BF16;
+                        char what[200];
+                        snprintf(what, sizeof what, "cast_back e2m1->%s T=%ld H=%ld block=%dx%d sf=%s",
+                                 dtype_name(out_dtype), (long)tokens, (long)hidden, bm, bk,
+                                 layout_name(LAYOUTS[l]));
+                        tk_tensor sf_desc;
+                        check_status(tk_sf_desc(tokens, hidden, bm, bk, LAYOUTS[l], &sf_desc, NULL),
+                                     "tk_sf_desc");
+                        sf_desc.data = (void *)(uintptr_t)s.device_aux;
+                        tk_tensor x = tensor2(device_data, TK_I8, tokens, hidden / 2, hidden / 2, 1);
+                        size_t out_size = tk_dtype_size(out_dtype);
+                        size_t out_bytes = (size_t)(tokens * hidden) * out_size;
+                        tk_tensor out = tensor2(s.device_output, out_dtype, tokens, hidden,
+                                                hidden, 1);
+                        poison(s.device_output, out_bytes);
+                        tk_status status = bm == 1
+                                               ? tk_per_token_cast_back(&x, &sf_desc, bk, &out, NULL)
+                                               : tk_cast_back(&x, &sf_desc, bm, bk, &out, NULL);
+                        check_status(status, what);
+                        download(s.got, s.device_output, out_bytes, what);
+                        cr_assert(ref_cast_back_e2m1(data, tokens, hidden, sf, LAYOUTS[l], bm, bk,
+                                                     out_dtype, s.want));
+                        expect_equal(s.got, s.want, out_bytes, hidden * (int64_t)out_size, what);
+                        s.cases++;
+                    }
+                }
+        }
+    cr_log_info("cast_back e2m1: %d cases in %.1f s", s.cases, now_seconds() - start);
+    CU(cuMemFree(device_data));
+    free(data);
+    free(sf);
+    state_end(&s);
+}
+
+/* ---- argument validation (no device needed: checks come first) ------------- */
+
+Test(fp4_api, rejects_bad_arguments_before_launching) {
+    int64_t shape[2] = {4, 128};
+    tk_tensor x = tk_tensor_contiguous((void *)(uintptr_t)256, TK_BF16, 2, shape);
+    int64_t half[2] = {4, 64};
+    tk_tensor out = tk_tensor_contiguous((void *)(uintptr_t)512, TK_I8, 2, half);
+    tk_tensor sf;
+    cr_assert_eq(tk_sf_desc(4, 128, 1, 32, TK_SF_ROW_MAJOR, &sf, NULL), TK_SUCCESS);
+    sf.data = (void *)(uintptr_t)1024;
+    cr_assert_eq(tk_per_token_cast(&x, 48, true, TK_SF_ROW_MAJOR, &out, &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "num_per_channels"), "%s", tk_last_error());
+    cr_assert_eq(tk_per_token_cast(&x, 32, false, TK_SF_PACKED_UE8M0, &out, &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    tk_tensor wrong = out;
+    wrong.shape[1] = 128; /* e2m1 out must have H / 2 columns */
+    cr_assert_eq(tk_per_token_cast(&x, 32, true, TK_SF_ROW_MAJOR, &wrong, &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "out"), "%s", tk_last_error());
+    cr_assert_eq(tk_per_token_cast(&x, 32, true, TK_SF_ROW_MAJOR, &out, NULL, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(tk_per_token_cast_with_sf_only(&x, TK_BF16, 32, true, TK_SF_ROW_MAJOR, &sf,
+                                                NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "format"), "%s", tk_last_error());
+    cr_assert_eq(tk_per_token_cast_with_sf_only(&x, TK_E2M1, 128, true, TK_SF_ROW_MAJOR, &sf,
+                                                NULL),
+                 TK_ERROR_INVALID_ARGUMENT); /* sf has 4 columns, not 1 */
+    cr_assert_eq(tk_per_token_cast_with_precomputed_sf(&x, 32, NULL, &out, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    /* requantisation: unsupported block width, npc == H */
+    int64_t e4m3_shape[2] = {4, 128};
+    tk_tensor q = tk_tensor_contiguous((void *)(uintptr_t)256, TK_E4M3, 2, e4m3_shape);
+    tk_tensor q_sf;
+    cr_assert_eq(tk_sf_desc(4, 128, 1, 8, TK_SF_ROW_MAJOR, &q_sf, NULL), TK_SUCCESS);
+    q_sf.data = (void *)(uintptr_t)2048;
+    cr_assert_eq(tk_per_token_cast_quantized(&q, &q_sf, 1, 8, 32, true, TK_SF_ROW_MAJOR, &out,
+                                             &sf, NULL),
+                 TK_ERROR_UNSUPPORTED);
+    cr_assert_eq(tk_per_token_cast_quantized(&q, &q_sf, 1, 8, 128, true, TK_SF_ROW_MAJOR, &out,
+                                             &sf, NULL),
+                 TK_ERROR_UNSUPPORTED);
+    cr_assert_eq(tk_per_token_cast_quantized(NULL, &q_sf, 1, 8, 32, true, TK_SF_ROW_MAJOR, &out,
+                                             &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    /* cast_back of packed FP4: block_k must cover a 16-byte store */
+    tk_tensor back = tk_tensor_contiguous((void *)(uintptr_t)4096, TK_BF16, 2, shape);
+    tk_tensor b_sf;
+    cr_assert_eq(tk_sf_desc(4, 128, 128, 1, TK_SF_ROW_MAJOR, &b_sf, NULL), TK_SUCCESS);
+    b_sf.data = (void *)(uintptr_t)1024;
+    cr_assert_eq(tk_cast_back(&out, &b_sf, 128, 1, &back, NULL), TK_ERROR_UNSUPPORTED);
+    /* T == 0: success without a launch (no device needed) */
+    tk_tensor empty_x = x, empty_out = out, empty_sf;
+    empty_x.shape[0] = 0;
+    empty_out.shape[0] = 0;
+    cr_assert_eq(tk_sf_desc(0, 128, 1, 32, TK_SF_PACKED_UE8M0, &empty_sf, NULL), TK_SUCCESS);
+    empty_sf.data = NULL;
+    cr_assert_eq(tk_per_token_cast(&empty_x, 32, true, TK_SF_PACKED_UE8M0, &empty_out,
+                                   &empty_sf, NULL),
+                 TK_SUCCESS, "%s", tk_last_error());
+}
+
+/* ---- instance selection (runs with or without a device) -------------------- */
+
+static bool have_device;
+static CUdeviceptr allocations[32];
+static int allocation_count;
+
+/* Device memory on the GPU machine, an aligned placeholder without one
+ * (the launch then fails with TK_ERROR_NO_DEVICE after picking). */
+static void *memory(size_t bytes) {
+    if (!have_device)
+        return (void *)(uintptr_t)(4096 * (1 + allocation_count++));
+    CUdeviceptr ptr = device_alloc(bytes);
+    allocations[allocation_count++] = ptr;
+    return (void *)(uintptr_t)ptr;
+}
+
+static tk_tensor matrix(tk_dtype dtype, int64_t rows, int64_t cols, int64_t stride) {
+    tk_tensor t = tensor2(0, dtype, rows, cols, stride, 1);
+    t.data = memory((size_t)(rows * stride) * tk_dtype_size(dtype) + 64);
+    return t;
+}
+
+static tk_tensor scales(int64_t rows, int64_t cols, int bm, int bk, tk_sf_layout layout) {
+    tk_tensor t;
+    size_t bytes = 0;
+    cr_assert_eq(tk_sf_desc(rows, cols, bm, bk, layout, &t, &bytes), TK_SUCCESS);
+    t.data = memory(bytes + 64);
+    return t;
+}
+
+static void expect_pick(tk_status status, const char *instance, const char *what) {
+    cr_assert_str_eq(tk__last_instance(), instance, "%s", what);
+    if (have_device) {
+        cr_assert_eq(status, TK_SUCCESS, "%s: %s", what, tk_last_error());
+        CU(cuCtxSynchronize());
+    } else {
+        cr_assert_eq(status, TK_ERROR_NO_DEVICE, "%s: got %s (%s)", what,
+                     tk_status_string(status), tk_last_error());
+    }
+}
+
+Test(fp4_api, picks_instances) {
+    have_device = tk_device_check() == TK_SUCCESS;
+    if (have_device)
+        cr_assert_eq(tk__driver(&api), TK_SUCCESS);
+    allocation_count = 0;
+    const int64_t T = 40, H = 512;
+    tk_tensor x = matrix(TK_BF16, T, H, H), xs = matrix(TK_F32, T, H, H + 1);
+    tk_tensor fp4 = matrix(TK_I8, T, H / 2, H / 2), e4m3 = matrix(TK_E4M3, T, H, H);
+    tk_tensor packed32 = scales(T, H, 1, 32, TK_SF_PACKED_UE8M0);
+    tk_tensor row16 = scales(T, H, 1, 16, TK_SF_ROW_MAJOR);
+    tk_tensor col128 = scales(T, H, 1, 128, TK_SF_COL_MAJOR);
+    tk_tensor token = scales(T, H, 1, (int)H, TK_SF_ROW_MAJOR);
+    expect_pick(tk_per_token_cast(&x, 32, true, TK_SF_PACKED_UE8M0, &fp4, &packed32, NULL),
+                "per_token_quant__bf16_fp4", "e2m1 1x32 packed");
+    expect_pick(tk_per_token_cast(&x, 16, false, TK_SF_ROW_MAJOR, &fp4, &row16, NULL),
+                "per_token_quant__bf16_fp4_16", "e2m1 1x16");
+    expect_pick(tk_per_token_cast(&xs, 128, true, TK_SF_COL_MAJOR, &fp4, &col128, NULL),
+                "per_token_quant__f32_fp4_any", "e2m1 odd stride");
+    expect_pick(tk_per_token_cast(&x, 16, true, TK_SF_ROW_MAJOR, &e4m3, &row16, NULL),
+                "per_token_quant__bf16_e4m3", "e4m3 1x16");
+    expect_pick(tk_per_token_cast(&x, (int)H, true, TK_SF_ROW_MAJOR, &e4m3, &token, NULL),
+                "per_token_quant_row__bf16_e4m3", "e4m3 npc == H");
+    expect_pick(tk_per_token_cast(&xs, (int)H, true, TK_SF_ROW_MAJOR, &fp4, &token, NULL),
+                "per_token_quant_row__f32_fp4_any", "e2m1 npc == H, odd stride");
+    expect_pick(tk_per_token_cast_with_sf_only(&x, TK_E2M1, 32, true, TK_SF_PACKED_UE8M0,
+                                               &packed32, NULL),
+                "per_token_quant__bf16_fp4", "sf only");
+    expect_pick(tk_per_token_cast_with_precomputed_sf(&x, 16, &row16, &e4m3, NULL),
+                "per_token_quant__bf16_e4m3", "precomputed");
+    tk_tensor in_sf = scales(T, H, 128, 128, TK_SF_PACKED_UE8M0);
+    expect_pick(tk_per_token_cast_quantized(&e4m3, &in_sf, 128, 128, 32, true,
+                                            TK_SF_PACKED_UE8M0, &fp4, &packed32, NULL),
+                "per_token_requant__e4m3_fp4", "requant e4m3 -> e2m1");
+    tk_tensor e4m3_out = matrix(TK_E4M3, T, H, H);
+    expect_pick(tk_per_token_cast_quantized(&fp4, &in_sf, 128, 128, 16, true,
+                                            TK_SF_ROW_MAJOR, &e4m3_out, &row16, NULL),
+                "per_token_requant__fp4_e4m3", "requant e2m1 -> e4m3");
+    tk_tensor back = matrix(TK_F32, T, H, H);
+    expect_pick(tk_per_token_cast_back(&fp4, &packed32, 32, &back, NULL), "cast_back_fp4__f32",
+                "cast_back e2m1 -> f32");
+    for (int i = 0; have_device && i < allocation_count; i++)
+        CU(cuMemFree(allocations[i]));
+}

@@ -1,0 +1,613 @@
+/*
+ * test_gpu_swiglu.c -- golden tests of the fused SwiGLU casts
+ * (tilekernels-spec.md 6.9, 6.10, 6.11) on the GPU, byte for byte against
+ * tests/ref/swiglu.c.
+ *
+ * Without a usable CUDA device every test is skipped.  On the GPU:
+ *   - exp: the references take their expf values from the GPU itself
+ *     (kernels/swiglu.tk, swiglu_exp, the same lowering as the kernels):
+ *     a table over every bf16 pattern for bf16 inputs, per-element values
+ *     for f32 and dequantised e4m3 inputs (docs/kernels.md);
+ *   - inputs: normals (TileKernels' randn), MoE routing drawn like
+ *     generate_topk_idx + get_fused_mapping (tests/ref/swiglu.c); padding
+ *     rows hold random values rather than expand_to_fused's zeros (a
+ *     stronger test: with the mask off they are processed with weight 0);
+ *     generated once per test at the largest shape, every case a view;
+ *   - outputs and SF poisoned (0xFF) before each launch; TAIL_BYTES after
+ *     every output must stay poisoned; out / SF compared on the rows and
+ *     bytes the function defines (skipped rows and SF padding are not);
+ *     weight_grad with TileKernels' rtol = atol = 1e-4; clamp counts
+ *     exactly, accumulated onto a non-zero start;
+ *   - sweep: TileKernels' options (spec 6.9-6.11) rotated over the hidden
+ *     sizes and MoE draws so that every option combination runs at two
+ *     sizes; token count 0 and the degenerate 1-expert draw of the
+ *     pressure mode included.  Designed to stay under two minutes on the
+ *     16-core H200 machine.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "reference.h"
+#include "swiglu.h"
+#include "tk.h"
+#include "tk_internal.h"
+#include "tk_kernels.h"
+
+#define TAIL_BYTES 256
+#define POISON 0xFF
+
+static uint64_t test_seed(void) {
+    const char *env = getenv("TK_TEST_SEED");
+    return env ? strtoull(env, NULL, 0) : 0;
+}
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ---- device helpers ------------------------------------------------------ */
+
+typedef struct gpu {
+    const tk__driver_api *api;
+} gpu;
+
+static void check_cu(const gpu *g, CUresult result, const char *what) {
+    if (result == CUDA_SUCCESS)
+        return;
+    const char *message = "?";
+    if (g->api->cuGetErrorString)
+        g->api->cuGetErrorString(result, &message);
+    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
+}
+#define CU(g, call) check_cu((g), (g)->api->call, #call)
+
+static gpu gpu_begin(void) {
+    gpu g;
+    if (tk_device_check() != TK_SUCCESS)
+        cr_skip_test("no usable CUDA device: %s", tk_last_error());
+    tk_status status = tk__driver(&g.api);
+    cr_assert_eq(status, TK_SUCCESS, "tk__driver: %s", tk_last_error());
+    return g;
+}
+
+static CUdeviceptr device_alloc(const gpu *g, size_t bytes) {
+    CUdeviceptr ptr = 0;
+    CU(g, cuMemAlloc(&ptr, bytes ? bytes : 1));
+    return ptr;
+}
+
+static void *host_alloc(size_t bytes) {
+    void *memory = malloc(bytes ? bytes : 1);
+    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
+    return memory;
+}
+
+static tk_tensor tensor(CUdeviceptr data, tk_dtype dtype, int rank, int64_t d0, int64_t d1) {
+    tk_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (void *)(uintptr_t)data;
+    t.dtype = dtype;
+    t.rank = rank;
+    t.shape[0] = d0;
+    t.strides[0] = rank == 2 ? d1 : 1;
+    if (rank == 2) {
+        t.shape[1] = d1;
+        t.strides[1] = 1;
+    }
+    return t;
+}
+
+static void check_status(tk_status status, const char *what) {
+    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
+                 tk_last_error());
+}
+
+static void poison(const gpu *g, CUdeviceptr ptr, size_t bytes) {
+    CU(g, cuMemsetD8(ptr, POISON, bytes + TAIL_BYTES));
+}
+
+/* Synchronises, downloads `bytes` plus the tail, checks the tail. */
+static void download(const gpu *g, void *host, CUdeviceptr device, size_t bytes,
+                     const char *what) {
+    CU(g, cuCtxSynchronize());
+    CU(g, cuMemcpyDtoH(host, device, bytes + TAIL_BYTES));
+    const unsigned char *tail = (const unsigned char *)host + bytes;
+    for (size_t i = 0; i < TAIL_BYTES; i++)
+        cr_assert_eq(tail[i], POISON, "%s: wrote past the end (byte %zu after)", what, i);
+}
+
+/* Byte-exact comparison of row r of two (rows, row_bytes) buffers for every
+ * row with keep[r] (NULL: all rows). */
+static void expect_rows(const unsigned char *got, const unsigned char *want, int64_t rows,
+                        size_t row_bytes, const int32_t *keep, const char *what) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (keep && keep[r] < 0)
+            continue;
+        size_t at = ref_first_difference(got + r * row_bytes, want + r * row_bytes, row_bytes);
+        if (at == SIZE_MAX)
+            continue;
+        cr_assert_fail("%s: row %ld byte %zu: got 0x%02x, expected 0x%02x", what, (long)r, at,
+                       got[r * row_bytes + at], want[r * row_bytes + at]);
+    }
+}
+
+/* GPU expf of `count` arguments (count % 4 == 0) through swiglu_exp. */
+static void gpu_exp(const gpu *g, const float *argument, float *value, int64_t count) {
+    if (count == 0)
+        return;
+    CUdeviceptr in = device_alloc(g, (size_t)count * 4), out = device_alloc(g, (size_t)count * 4);
+    CU(g, cuMemcpyHtoD(in, argument, (size_t)count * 4));
+    tk_tensor x = tensor(in, TK_F32, 1, count, 0), y = tensor(out, TK_F32, 1, count, 0);
+    check_status(tkl_swiglu_exp__default(&x, &y, NULL), "swiglu_exp");
+    CU(g, cuCtxSynchronize());
+    CU(g, cuMemcpyDtoH(value, out, (size_t)count * 4));
+    CU(g, cuMemFree(in));
+    CU(g, cuMemFree(out));
+}
+
+/* table[b] = GPU expf(bf16 pattern b). */
+static float *gpu_bf16_exp_table(const gpu *g) {
+    float *argument = host_alloc(65536 * 4), *table = host_alloc(65536 * 4);
+    for (int b = 0; b < 65536; b++)
+        argument[b] = ref_bf16_to_f32((uint16_t)b);
+    gpu_exp(g, argument, table, 65536);
+    free(argument);
+    return table;
+}
+
+/* ---- MoE draws ------------------------------------------------------------ */
+
+/* TileKernels' generate_moe_params (spec 12.1): 4001 tokens per rank,
+ * (top-k, total experts, EP ranks); the last one is the pressure mode's
+ * degenerate zero-token draw. */
+typedef struct moe_params {
+    int64_t sent;
+    int topk, total, ranks;
+} moe_params;
+static const moe_params MOE[] = {
+    {4001, 2, 72, 8},  {4001, 6, 256, 8},  {4001, 8, 256, 64}, {4001, 9, 72, 8},
+    {4001, 2, 256, 64}, {4001, 8, 256, 8},  {4001, 6, 72, 8},  {4001, 9, 256, 64},
+    {4001, 1, 256, 8}, {4001, 7, 288, 72},
+};
+#define NUM_MOE (sizeof MOE / sizeof MOE[0])
+static const moe_params MOE_EMPTY = {0, 1, 1, 1};
+
+static void make_mapping(const moe_params *p, int alignment, ref_swiglu_mapping *m) {
+    cr_assert(ref_swiglu_make_mapping(p->sent, p->topk, p->total, p->ranks, alignment,
+                                      test_seed() + 77 + (uint64_t)p->topk * 131 +
+                                          (uint64_t)p->ranks,
+                                      m));
+}
+
+/* ---- swiglu_forward_and_per_token_cast ------------------------------------ */
+
+#define FWD_MAX_ROWS 40000
+#define FWD_MAX_HALF 3584
+
+typedef struct forward_case {
+    int npc_is_half;  /* npc = I instead of 128 */
+    int packed;       /* (col, round, packed) = (T, T, T), else (F, T, F) */
+    int mask, weights;
+    int clamp;        /* 0 none, 1: 10.0, 2: 0.5 */
+} forward_case;
+
+static void run_forward(tk_dtype dtype, bool sweep_all) {
+    gpu g = gpu_begin();
+    double start = now_seconds();
+    size_t in_size = tk_dtype_size(dtype);
+    size_t x_bytes = (size_t)FWD_MAX_ROWS * 2 * FWD_MAX_HALF * in_size;
+    void *x = host_alloc(x_bytes);
+    ref_fill_rand_float(x, dtype, FWD_MAX_ROWS, 2 * FWD_MAX_HALF, 0, 0, test_seed() + 11);
+    CUdeviceptr d_x = device_alloc(&g, x_bytes);
+    size_t out_bytes = (size_t)FWD_MAX_ROWS * FWD_MAX_HALF;
+    size_t sf_max = (size_t)FWD_MAX_ROWS * (FWD_MAX_HALF / 128) * 4 + 64;
+    CUdeviceptr d_out = device_alloc(&g, out_bytes + TAIL_BYTES);
+    CUdeviceptr d_sf = device_alloc(&g, sf_max + TAIL_BYTES);
+    CUdeviceptr d_map = device_alloc(&g, (size_t)FWD_MAX_ROWS * 4 * 2);
+    CUdeviceptr d_weights = device_alloc(&g, (size_t)FWD_MAX_ROWS * 9 * 4);
+    CUdeviceptr d_counts = device_alloc(&g, 3 * 8 + TAIL_BYTES);
+    uint8_t *got = host_alloc(out_bytes + TAIL_BYTES), *want = host_alloc(out_bytes + TAIL_BYTES);
+    unsigned char *got_sf = host_alloc(sf_max + TAIL_BYTES), *want_sf = host_alloc(sf_max + TAIL_BYTES);
+    float *table = gpu_bf16_exp_table(&g);
+    float *element_exp = NULL, *argument = NULL;
+    if (dtype == TK_F32) {
+        element_exp = host_alloc(out_bytes * 4);
+        argument = host_alloc(out_bytes * 4);
+    }
+    static const int64_t halves[] = {1024, 1280, 1536, 2048, 3072, 3584};
+    /* every valid option combination (spec 6.9 tests): 30 */
+    forward_case combos[32];
+    int ncombos = 0;
+    for (int npc = 0; npc < 2; npc++)
+        for (int packed = 0; packed < 2; packed++)
+            for (int mask = 0; mask < 2; mask++)
+                for (int weights = 0; weights < 2; weights++)
+                    for (int clamp = 0; clamp < 3; clamp++) {
+                        if (packed && (weights || npc))
+                            continue; /* excluded by TileKernels' test */
+                        combos[ncombos++] = (forward_case){npc, packed, mask, weights, clamp};
+                    }
+    int cases = 0;
+    /* bf16: each combination at two (hidden, draw) points; f32: a few */
+    int per_half = sweep_all ? (2 * ncombos + 5) / 6 : 2;
+    for (int h = 0; h < 6; h++)
+        for (int i = 0; i < per_half; i++) {
+            int index = (h * per_half + i) % ncombos;
+            forward_case c = combos[index];
+            int64_t half = halves[h];
+            const moe_params *p = (h == 0 && i == 0) ? &MOE_EMPTY
+                                                     : &MOE[(h * per_half + i) % NUM_MOE];
+            if (!sweep_all)
+                p = &MOE[(h + i) % 2 == 0 ? 0 : 4]; /* small draws for f32 */
+            ref_swiglu_mapping m;
+            make_mapping(p, 16, &m);
+            cr_assert(m.rows <= FWD_MAX_ROWS, "draw too large: %ld rows", (long)m.rows);
+            int64_t rows = m.rows, width = 2 * half;
+            int npc = c.npc_is_half ? (int)half : 128;
+            /* beyond TileKernels' (F,T,F) / (T,T,T): every third f32-SF case
+             * unrounded, every other npc-128 one column-major */
+            tk_sf_layout layout = c.packed ? TK_SF_PACKED_UE8M0
+                                  : (!c.npc_is_half && (h + i) % 2) ? TK_SF_COL_MAJOR
+                                                                    : TK_SF_ROW_MAJOR;
+            bool round_sf = c.packed || (h * per_half + i) % 3 != 1;
+            float clamp = c.clamp == 1 ? 10.0f : 0.5f;
+            bool count = c.clamp && !c.npc_is_half;
+            char what[200];
+            snprintf(what, sizeof what,
+                     "swiglu_forward %s N=%ld I=%ld npc=%d %s round=%d mask=%d weights=%d "
+                     "clamp=%s count=%d (topk %d, %d/%d)",
+                     dtype == TK_BF16 ? "bf16" : "f32", (long)rows, (long)half, npc,
+                     c.packed ? "packed" : layout == TK_SF_COL_MAJOR ? "col" : "row", round_sf,
+                     c.mask, c.weights,
+                     c.clamp ? (c.clamp == 1 ? "10" : "0.5") : "none", count, p->topk, p->total,
+                     p->ranks);
+            /* x: the random buffer read as (rows, 2I); padding rows keep
+             * random values (TileKernels zeroes them): with the mask off
+             * they are processed with weight 0 and counted, on both sides */
+            CU(&g, cuMemcpyHtoD(d_x, x, (size_t)(rows * width) * in_size));
+            float *weights = host_alloc((size_t)(m.tokens * m.topk + 1) * 4);
+            ref_rng rng = ref_rng_seed(test_seed() + 5, (uint64_t)cases);
+            for (int64_t k = 0; k < m.tokens * m.topk; k++)
+                weights[k] = ref_rng_normal(&rng);
+            CU(&g, cuMemcpyHtoD(d_map, m.pos_to_expert, (size_t)rows * 4 + 4));
+            CU(&g, cuMemcpyHtoD(d_map + (size_t)FWD_MAX_ROWS * 4, m.pos_to_token_topk,
+                                (size_t)rows * 4 + 4));
+            CU(&g, cuMemcpyHtoD(d_weights, weights, (size_t)(m.tokens * m.topk) * 4 + 4));
+            int64_t start_counts[3] = {3, 1000, 7};
+            CU(&g, cuMemsetD8(d_counts, POISON, 24 + TAIL_BYTES));
+            CU(&g, cuMemcpyHtoD(d_counts, start_counts, 24));
+            ref_sf_shape shape;
+            cr_assert(ref_sf_shape_of(rows, half, 1, npc, layout, &shape));
+            tk_tensor sf;
+            size_t sf_bytes;
+            check_status(tk_sf_desc(rows, half, 1, npc, layout, &sf, &sf_bytes), "tk_sf_desc");
+            cr_assert_eq(sf_bytes, shape.bytes);
+            sf.data = (void *)(uintptr_t)d_sf;
+            poison(&g, d_out, (size_t)(rows * half));
+            poison(&g, d_sf, shape.bytes);
+            tk_tensor tx = tensor(d_x, dtype, 2, rows, width);
+            tk_tensor tout = tensor(d_out, TK_E4M3, 2, rows, half);
+            tk_tensor tmask = tensor(d_map, TK_I32, 1, rows, 0);
+            tk_tensor tindex = tensor(d_map + (size_t)FWD_MAX_ROWS * 4, TK_I32, 1, rows, 0);
+            tk_tensor tweights = tensor(d_weights, TK_F32, 2, m.tokens, m.topk);
+            tk_tensor tcounts = tensor(d_counts, TK_I64, 1, 3, 0);
+            check_status(tk_swiglu_forward_and_per_token_cast(
+                             &tx, npc, c.weights ? &tindex : NULL, c.weights ? &tweights : NULL,
+                             c.mask ? &tmask : NULL, round_sf, layout, c.clamp ? &clamp : NULL,
+                             count ? &tcounts : NULL, NULL, &tout, &sf, NULL),
+                         what);
+            download(&g, got, d_out, (size_t)(rows * half), what);
+            download(&g, got_sf, d_sf, shape.bytes, what);
+            int64_t got_counts[3 + TAIL_BYTES / 8];
+            download(&g, got_counts, d_counts, 24, what);
+
+            ref_swiglu_forward args = {
+                .x = x, .dtype = dtype, .rows = rows, .half = half, .num_per_channels = npc,
+                .round_sf = round_sf, .layout = layout,
+                .pos_to_token_topk = c.weights ? m.pos_to_token_topk : NULL,
+                .topk_weights = c.weights ? weights : NULL, .num_weights = m.tokens * m.topk,
+                .pos_to_expert = c.mask ? m.pos_to_expert : NULL, .use_clamp = c.clamp != 0,
+                .clamp = clamp};
+            ref_swiglu_exp_array array = {element_exp, half};
+            if (dtype == TK_BF16) {
+                args.exp = ref_swiglu_exp_bf16_table(table);
+            } else {
+                ref_swiglu_forward_exp_arguments(&args, argument);
+                gpu_exp(&g, argument, element_exp, rows * half);
+                args.exp = ref_swiglu_exp_elements(&array);
+            }
+            memcpy(want_sf, got_sf, shape.bytes); /* bytes the reference leaves */
+            int64_t want_counts[3] = {3, 1000, 7};
+            cr_assert(ref_swiglu_forward_per_token_cast(&args, want, want_sf, want_counts));
+            expect_rows(got, want, rows, (size_t)half, c.mask ? m.pos_to_expert : NULL, what);
+            for (int64_t r = 0; r < rows; r++) {
+                if (c.mask && m.pos_to_expert[r] < 0)
+                    continue;
+                for (int64_t k = 0; k < shape.nbk; k++) {
+                    size_t at = ref_sf_offset(&shape, r, k), size = ref_sf_entry_bytes(&shape);
+                    cr_assert(memcmp(got_sf + at, want_sf + at, size) == 0,
+                              "%s: scale of row %ld group %ld differs", what, (long)r, (long)k);
+                }
+            }
+            if (count)
+                for (int k = 0; k < 3; k++)
+                    cr_assert_eq(got_counts[k], want_counts[k], "%s: clamped_count[%d] %ld, "
+                                 "expected %ld", what, k, (long)got_counts[k],
+                                 (long)want_counts[k]);
+            else
+                cr_assert(got_counts[0] == 3 && got_counts[1] == 1000 && got_counts[2] == 7,
+                          "%s: clamped_count changed without counting", what);
+            free(weights);
+            ref_swiglu_free_mapping(&m);
+            cases++;
+        }
+    cr_log_info("swiglu_forward %s: %d cases in %.1f s", dtype == TK_BF16 ? "bf16" : "f32", cases,
+                now_seconds() - start);
+    free(x), free(got), free(want), free(got_sf), free(want_sf), free(table);
+    free(element_exp), free(argument);
+    CUdeviceptr buffers[] = {d_x, d_out, d_sf, d_map, d_weights, d_counts};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        CU(&g, cuMemFree(buffers[i]));
+}
+
+Test(swiglu_forward, bf16_sweep, .timeout = 1800) { run_forward(TK_BF16, true); }
+Test(swiglu_forward, f32_inputs, .timeout = 1800) { run_forward(TK_F32, false); }
+
+/* ---- swiglu_backward_and_per_token_cast ----------------------------------- */
+
+#define BWD_MAX_ROWS 40000
+#define BWD_MAX_HALF 7168
+
+Test(swiglu_backward, sweep, .timeout = 1800) {
+    gpu g = gpu_begin();
+    double start = now_seconds();
+    /* the halves TileKernels uses as I: hidden sizes multiple of 256 */
+    static const int64_t halves[] = {2048, 2560, 3072, 4096, 6144, 7168};
+    size_t x_bytes = (size_t)BWD_MAX_ROWS * 2 * BWD_MAX_HALF;
+    uint16_t *source = host_alloc(x_bytes * 2);
+    uint16_t *grad = host_alloc((size_t)BWD_MAX_ROWS * BWD_MAX_HALF * 2);
+    ref_fill_rand_float(source, TK_BF16, BWD_MAX_ROWS, 2 * BWD_MAX_HALF, 0, 0, test_seed() + 21);
+    ref_fill_rand_float(grad, TK_BF16, BWD_MAX_ROWS, BWD_MAX_HALF, 0, 0, test_seed() + 22);
+    uint8_t *x = host_alloc(x_bytes);
+    float *x_sf = host_alloc(x_bytes / 32 * 4);
+    size_t half_elems = (size_t)BWD_MAX_ROWS * BWD_MAX_HALF;
+    CUdeviceptr d_x = device_alloc(&g, x_bytes), d_x_sf = device_alloc(&g, x_bytes / 32 * 4);
+    CUdeviceptr d_grad = device_alloc(&g, half_elems * 2);
+    CUdeviceptr d_small = device_alloc(&g, (size_t)BWD_MAX_ROWS * 9 * 4 * 4 + 4 * TAIL_BYTES);
+    CUdeviceptr d_out = device_alloc(&g, half_elems * 2 + TAIL_BYTES);
+    CUdeviceptr d_fp8 = device_alloc(&g, x_bytes + TAIL_BYTES);
+    CUdeviceptr d_gsf = device_alloc(&g, x_bytes / 32 * 4 + TAIL_BYTES);
+    CUdeviceptr d_xg = device_alloc(&g, x_bytes * 2 + TAIL_BYTES);
+    unsigned char *got = host_alloc(x_bytes * 2 + TAIL_BYTES), *want = host_alloc(x_bytes * 2 + TAIL_BYTES);
+    float *argument = host_alloc(half_elems * 4), *values = host_alloc(half_elems * 4);
+    int cases = 0;
+    for (int h = 0; h < 6; h++)
+        for (int i = 0; i < 4; i++) {
+            int combo = (h * 4 + i) % 12; /* npc x round x clamp: each twice */
+            int npc = combo % 2 ? 128 : 32;
+            bool round_sf = (combo / 2) % 2;
+            int clamp_kind = combo / 4;
+            float clamp = clamp_kind == 1 ? 10.0f : 0.5f;
+            int64_t half = halves[h], width = 2 * half, groups = width / npc;
+            /* mostly top-2 draws (N ~ 8000); one full-size draw per hidden */
+            const moe_params *p = (h == 0 && i == 0) ? &MOE_EMPTY
+                                  : i == 3            ? &MOE[(h % 2) ? 1 : 2]
+                                                      : &MOE[i % 2 ? 0 : 4];
+            ref_swiglu_mapping m;
+            make_mapping(p, npc, &m);
+            int64_t rows = m.rows, tk = m.tokens * m.topk;
+            cr_assert(rows <= BWD_MAX_ROWS);
+            char what[200];
+            snprintf(what, sizeof what,
+                     "swiglu_backward N=%ld I=%ld npc=%d round=%d clamp=%s (topk %d, %d/%d)",
+                     (long)rows, (long)half, npc, round_sf,
+                     clamp_kind ? (clamp_kind == 1 ? "10" : "0.5") : "none", p->topk, p->total,
+                     p->ranks);
+            /* x = per_token_cast(bf16 randn, e4m3, npc); padding rows are
+             * random too (weight 0, as in the original) */
+            cr_assert(ref_per_token_cast_e4m3(source, TK_BF16, rows, width, width, npc, false,
+                                              TK_SF_ROW_MAJOR, x, x_sf));
+            float *weight = host_alloc((size_t)(tk + 1) * 4);
+            ref_rng rng = ref_rng_seed(test_seed() + 9, (uint64_t)cases);
+            for (int64_t k = 0; k < tk; k++)
+                weight[k] = ref_rng_uniform(&rng);
+            CUdeviceptr d_weight = d_small, d_ptt = d_small + (size_t)BWD_MAX_ROWS * 9 * 4;
+            CUdeviceptr d_ttp = d_ptt + (size_t)BWD_MAX_ROWS * 9 * 4;
+            CUdeviceptr d_wgrad = d_ttp + (size_t)BWD_MAX_ROWS * 9 * 4 + TAIL_BYTES;
+            CU(&g, cuMemcpyHtoD(d_x, x, (size_t)(rows * width) + 1));
+            CU(&g, cuMemcpyHtoD(d_x_sf, x_sf, (size_t)(rows * groups) * 4 + 4));
+            CU(&g, cuMemcpyHtoD(d_grad, grad, (size_t)(rows * half) * 2 + 2));
+            CU(&g, cuMemcpyHtoD(d_weight, weight, (size_t)tk * 4 + 4));
+            CU(&g, cuMemcpyHtoD(d_ptt, m.pos_to_token_topk, (size_t)rows * 4 + 4));
+            CU(&g, cuMemcpyHtoD(d_ttp, m.token_topk_to_pos, (size_t)tk * 4 + 4));
+            poison(&g, d_out, (size_t)(rows * half) * 2);
+            poison(&g, d_fp8, (size_t)(rows * width));
+            poison(&g, d_gsf, (size_t)(rows * groups) * 4);
+            poison(&g, d_xg, (size_t)(rows * width) * 2);
+            poison(&g, d_wgrad, (size_t)tk * 4);
+            tk_tensor tx = tensor(d_x, TK_E4M3, 2, rows, width);
+            tk_tensor tsf = tensor(d_x_sf, TK_F32, 2, rows, groups);
+            tk_tensor tgrad = tensor(d_grad, TK_BF16, 2, rows, half);
+            tk_tensor tw = tensor(d_weight, TK_F32, 2, m.tokens, m.topk);
+            tk_tensor tptt = tensor(d_ptt, TK_I32, 1, rows, 0);
+            tk_tensor tttp = tensor(d_ttp, TK_I32, 2, m.tokens, m.topk);
+            tk_tensor tout = tensor(d_out, TK_BF16, 2, rows, half);
+            tk_tensor tfp8 = tensor(d_fp8, TK_E4M3, 2, rows, width);
+            tk_tensor tgsf = tensor(d_gsf, TK_F32, 2, rows, groups);
+            tk_tensor txg = tensor(d_xg, TK_BF16, 2, rows, width);
+            tk_tensor twg = tensor(d_wgrad, TK_F32, 2, m.tokens, m.topk);
+            check_status(tk_swiglu_backward_and_per_token_cast(
+                             &tx, &tsf, &tgrad, &tw, &tptt, &tttp, npc, round_sf,
+                             clamp_kind ? &clamp : NULL, &tout, &tfp8, &tgsf, &txg, &twg, NULL),
+                         what);
+            ref_swiglu_backward args = {x, x_sf, grad, weight, m.pos_to_token_topk,
+                                        m.token_topk_to_pos, rows, half, m.tokens, m.topk, npc,
+                                        round_sf, clamp_kind != 0, clamp, {0}};
+            ref_swiglu_backward_exp_arguments(&args, argument);
+            gpu_exp(&g, argument, values, rows * half);
+            ref_swiglu_exp_array array = {values, half};
+            args.exp = ref_swiglu_exp_elements(&array);
+            uint16_t *w_out = host_alloc((size_t)(rows * half) * 2 + 2);
+            uint8_t *w_fp8 = host_alloc((size_t)(rows * width) + 1);
+            float *w_gsf = host_alloc((size_t)(rows * groups) * 4 + 4);
+            uint16_t *w_xg = host_alloc((size_t)(rows * width) * 2 + 2);
+            float *w_wg = host_alloc((size_t)tk * 4 + 4);
+            cr_assert(ref_swiglu_backward_per_token_cast(&args, w_out, w_fp8, w_gsf, w_xg, w_wg));
+            download(&g, got, d_out, (size_t)(rows * half) * 2, what);
+            expect_rows(got, (unsigned char *)w_out, rows, (size_t)half * 2, NULL, "out");
+            download(&g, got, d_xg, (size_t)(rows * width) * 2, what);
+            expect_rows(got, (unsigned char *)w_xg, rows, (size_t)width * 2, NULL, "x_grad");
+            download(&g, got, d_fp8, (size_t)(rows * width), what);
+            expect_rows(got, w_fp8, rows, (size_t)width, NULL, "x_grad_fp8");
+            download(&g, got, d_gsf, (size_t)(rows * groups) * 4, what);
+            expect_rows(got, (unsigned char *)w_gsf, rows, (size_t)groups * 4, NULL, "x_grad_sf");
+            download(&g, got, d_wgrad, (size_t)tk * 4, what);
+            for (int64_t k = 0; k < tk; k++) {
+                float gw, ww = w_wg[k];
+                memcpy(&gw, got + k * 4, 4);
+                cr_assert(fabsf(gw - ww) <= 1e-4f + 1e-4f * fabsf(ww),
+                          "%s: weight_grad[%ld] %g, expected %g", what, (long)k, (double)gw,
+                          (double)ww);
+                if (m.token_topk_to_pos[k] < 0)
+                    cr_assert(gw == 0.0f, "%s: unmapped weight_grad[%ld] is %g", what, (long)k,
+                              (double)gw);
+            }
+            free(weight), free(w_out), free(w_fp8), free(w_gsf), free(w_xg), free(w_wg);
+            ref_swiglu_free_mapping(&m);
+            cases++;
+        }
+    cr_log_info("swiglu_backward: %d cases in %.1f s", cases, now_seconds() - start);
+    free(source), free(grad), free(x), free(x_sf), free(got), free(want), free(argument), free(values);
+    CUdeviceptr buffers[] = {d_x, d_x_sf, d_grad, d_small, d_out, d_fp8, d_gsf, d_xg};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        CU(&g, cuMemFree(buffers[i]));
+}
+
+/* ---- swiglu_forward_and_per_channel_cast_and_transpose -------------------- */
+
+Test(swiglu_per_channel, sweep, .timeout = 1800) {
+    gpu g = gpu_begin();
+    double start = now_seconds();
+    static const int64_t hidden[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
+    static const int64_t tokens_list[] = {0, 4096, 8064};
+    const int64_t max_tokens = 8064, max_half = 7168;
+    size_t x_bytes = (size_t)max_tokens * 2 * max_half * 2;
+    uint16_t *x = host_alloc(x_bytes);
+    ref_fill_rand_float(x, TK_BF16, max_tokens, 2 * max_half, 0, 0, test_seed() + 31);
+    CUdeviceptr d_x = device_alloc(&g, x_bytes);
+    size_t out_bytes = (size_t)max_tokens * max_half, sf_bytes = out_bytes / 32 * 4;
+    CUdeviceptr d_out = device_alloc(&g, out_bytes + TAIL_BYTES);
+    CUdeviceptr d_sf = device_alloc(&g, sf_bytes + TAIL_BYTES);
+    uint8_t *got = host_alloc(out_bytes + TAIL_BYTES), *want = host_alloc(out_bytes + TAIL_BYTES);
+    float *got_sf = host_alloc(sf_bytes + TAIL_BYTES), *want_sf = host_alloc(sf_bytes + TAIL_BYTES);
+    float *table = gpu_bf16_exp_table(&g);
+    int cases = 0, combo = 0;
+    for (int t = 0; t < 3; t++)
+        for (int h = 0; h < 7; h++) {
+            int64_t tokens = tokens_list[t], half = hidden[h];
+            /* bm x transpose x round x clamp = 24 combinations; 4 per size */
+            for (int i = 0; i < (tokens ? 4 : 1); i++, combo++) {
+                int bm = combo % 2 ? 128 : 32;
+                bool transpose = (combo / 2) % 2;
+                bool round_sf = (combo / 4) % 2;
+                int clamp_kind = (combo / 8) % 3;
+                float clamp = clamp_kind == 1 ? 10.0f : 0.5f;
+                char what[160];
+                snprintf(what, sizeof what,
+                         "swiglu_per_channel T=%ld I=%ld bm=%d transpose=%d round=%d clamp=%s",
+                         (long)tokens, (long)half, bm, transpose, round_sf,
+                         clamp_kind ? (clamp_kind == 1 ? "10" : "0.5") : "none");
+                CU(&g, cuMemcpyHtoD(d_x, x, (size_t)(tokens * 2 * half) * 2 + 2));
+                poison(&g, d_out, (size_t)(tokens * half));
+                poison(&g, d_sf, (size_t)(tokens / bm * half) * 4);
+                tk_tensor tx = tensor(d_x, TK_BF16, 2, tokens, 2 * half);
+                tk_tensor tout = transpose ? tensor(d_out, TK_E4M3, 2, half, tokens)
+                                           : tensor(d_out, TK_E4M3, 2, tokens, half);
+                tk_tensor tsf = tensor(d_sf, TK_F32, 2, tokens / bm, half);
+                check_status(tk_swiglu_forward_and_per_channel_cast_and_transpose(
+                                 &tx, bm, round_sf, !transpose, clamp_kind ? &clamp : NULL,
+                                 &tout, &tsf, NULL),
+                             what);
+                download(&g, got, d_out, (size_t)(tokens * half), what);
+                download(&g, got_sf, d_sf, (size_t)(tokens / bm * half) * 4, what);
+                cr_assert(ref_swiglu_forward_per_channel_cast(
+                    x, tokens, half, bm, round_sf, transpose, clamp_kind != 0, clamp,
+                    ref_swiglu_exp_bf16_table(table), want, want_sf));
+                expect_rows(got, want, 1, (size_t)(tokens * half), NULL, what);
+                expect_rows((unsigned char *)got_sf, (unsigned char *)want_sf, 1,
+                            (size_t)(tokens / bm * half) * 4, NULL, what);
+                cases++;
+            }
+        }
+    cr_log_info("swiglu_per_channel: %d cases in %.1f s", cases, now_seconds() - start);
+    free(x), free(got), free(want), free(got_sf), free(want_sf), free(table);
+    CU(&g, cuMemFree(d_x));
+    CU(&g, cuMemFree(d_out));
+    CU(&g, cuMemFree(d_sf));
+}
+
+/* ---- argument validation (no launch needed) -------------------------------- */
+
+Test(swiglu_api, rejects_bad_arguments) {
+    /* descriptors with fake device pointers: validation fails before any
+     * launch, so no device is needed */
+    CUdeviceptr fake = 0x100000;
+    tk_tensor x = tensor(fake, TK_BF16, 2, 64, 512);
+    tk_tensor out = tensor(fake, TK_E4M3, 2, 64, 256);
+    tk_tensor sf = tensor(fake, TK_F32, 2, 64, 2);
+    float negative = -1.0f;
+    cr_assert_eq(tk_swiglu_forward_and_per_token_cast(NULL, 128, NULL, NULL, NULL, true,
+                                                      TK_SF_ROW_MAJOR, NULL, NULL, NULL, &out,
+                                                      &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(tk_swiglu_forward_and_per_token_cast(&x, 64, NULL, NULL, NULL, true,
+                                                      TK_SF_ROW_MAJOR, NULL, NULL, NULL, &out,
+                                                      &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "num_per_channels") != NULL);
+    cr_assert_eq(tk_swiglu_forward_and_per_token_cast(&x, 128, NULL, NULL, NULL, true,
+                                                      TK_SF_ROW_MAJOR, &negative, NULL, NULL,
+                                                      &out, &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "swiglu_clamp_value") != NULL);
+    tk_tensor counts = tensor(fake, TK_I64, 1, 3, 0);
+    cr_assert_eq(tk_swiglu_forward_and_per_token_cast(&x, 128, NULL, NULL, NULL, true,
+                                                      TK_SF_ROW_MAJOR, NULL, &counts, NULL,
+                                                      &out, &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "clamped_count") != NULL);
+    cr_assert_eq(tk_swiglu_forward_and_per_token_cast(&x, 128, NULL, NULL, NULL, false,
+                                                      TK_SF_PACKED_UE8M0, NULL, NULL, NULL,
+                                                      &out, &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    tk_tensor strided = x;
+    strided.strides[0] = 1024;
+    cr_assert_eq(tk_swiglu_forward_and_per_token_cast(&strided, 128, NULL, NULL, NULL, true,
+                                                      TK_SF_ROW_MAJOR, NULL, NULL, NULL, &out,
+                                                      &sf, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "x") != NULL);
+    /* backward: missing pos_to_token_topk */
+    tk_tensor xq = tensor(fake, TK_E4M3, 2, 64, 512), xs = tensor(fake, TK_F32, 2, 64, 4);
+    tk_tensor g = tensor(fake, TK_BF16, 2, 64, 256), w = tensor(fake, TK_F32, 2, 8, 4);
+    tk_tensor ttp = tensor(fake, TK_I32, 2, 8, 4), bo = tensor(fake, TK_BF16, 2, 64, 256);
+    tk_tensor xg = tensor(fake, TK_BF16, 2, 64, 512);
+    cr_assert_eq(tk_swiglu_backward_and_per_token_cast(&xq, &xs, &g, &w, NULL, &ttp, 128, false,
+                                                       NULL, &bo, &xq, &xs, &xg, &w, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "pos_to_token_topk") != NULL);
+    /* per-channel: T not a multiple of 128 */
+    tk_tensor xc = tensor(fake, TK_BF16, 2, 100, 256);
+    tk_tensor oc = tensor(fake, TK_E4M3, 2, 128, 100), sc = tensor(fake, TK_F32, 2, 1, 128);
+    cr_assert_eq(tk_swiglu_forward_and_per_channel_cast_and_transpose(&xc, 128, false, false,
+                                                                      NULL, &oc, &sc, NULL),
+                 TK_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(tk_last_error(), "multiple of 128") != NULL);
+}
