@@ -672,10 +672,12 @@ static int worker_count(int nparts) {
 
 /* Appends part's PTX to out: the first part whole, later ones without the
  * header (.version/.target/.address_size) and without declarations an
- * earlier part already made (the shared array).  Anything else global
+ * earlier part already made (the shared array, declared before the first
+ * kernel that uses it).  Anything else global
  * (.global/.const data, .func helpers) could collide between parts; the
  * kernels emit none, and an internal error says so if that changes. */
-static void append_part(char **out, size_t *size, const char *text, bool first) {
+static void append_part(char **out, size_t *size, const char *text, bool first,
+                        bool *shared_declared) {
     const char *body = text;
     if (!first) {
         const char *header_end = strstr(text, ".address_size");
@@ -692,9 +694,13 @@ static void append_part(char **out, size_t *size, const char *text, bool first) 
         const char *end = strchr(line, '\n');
         size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
         bool skip = false;
-        if (!first && strncmp(line, ".extern .shared", 15) == 0 &&
-            memmem(line, n, CG_SHARED_NAME, strlen(CG_SHARED_NAME)))
-            skip = true;
+        /* O3 drops the shared array from parts that never use it, so the
+         * first part that declares it keeps its line */
+        if (strncmp(line, ".extern .shared", 15) == 0 &&
+            memmem(line, n, CG_SHARED_NAME, strlen(CG_SHARED_NAME))) {
+            skip = *shared_declared;
+            *shared_declared = true;
+        }
         if (strncmp(line, ".global", 7) == 0 || strncmp(line, ".const", 6) == 0 ||
             strncmp(line, ".func", 5) == 0 || strncmp(line, ".visible .func", 14) == 0)
             ice("PTX part declares module-level %.*s: joining parts would collide",
@@ -732,10 +738,10 @@ char *codegen_module(Module *m, Diag *diag, CodegenOutput what) {
 
     char *result = NULL;
     size_t size = 0;
-    bool failed = false;
+    bool failed = false, shared_declared = false;
     for (int i = 0; i < job.nparts; i++) {
         if (!job.texts[i]) { failed = true; continue; }
-        if (!failed) append_part(&result, &size, job.texts[i], i == 0);
+        if (!failed) append_part(&result, &size, job.texts[i], i == 0, &shared_declared);
         free(job.texts[i]);
     }
     free(job.texts);
