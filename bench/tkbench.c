@@ -393,6 +393,46 @@ static void free_buffers(const bench_context *ctx, bench_buffers *buf) {
 }
 
 /* Runs one benchmark; false means the check or a launch failed. */
+/* The timed part shared by every row: --iters launches, each after an L2
+ * flush outside the timed region and bracketed by its own event pair;
+ * fills r's statistics.  Returns false (r->check = "error") on failure. */
+typedef tk_status (*launch_fn)(void *state);
+
+static bool time_launches(bench_context *ctx, launch_fn launch_once, void *state,
+                          result *r) {
+    float *times = malloc((size_t)ctx->iters * sizeof *times);
+    bool ok = times != NULL;
+    tk_status status;
+    for (int i = 0; ok && i < ctx->iters; i++) {
+        /* flush L2 outside the timed region: the start event waits for it */
+        ok = CU(ctx, cuMemsetD32(ctx->flush, (unsigned)i, FLUSH_BYTES / 4)) &&
+             CU(ctx, cuEventRecord(ctx->start, NULL));
+        if (ok && (status = launch_once(state)) != TK_SUCCESS) {
+            snprintf(r->detail, sizeof r->detail, "timed launch: %s: %s",
+                     tk_status_string(status), tk_last_error());
+            ok = false;
+        }
+        ok = ok && CU(ctx, cuEventRecord(ctx->stop, NULL)) &&
+             CU(ctx, cuEventSynchronize(ctx->stop)) &&
+             CU(ctx, cuEventElapsedTime(&times[i], ctx->start, ctx->stop));
+    }
+    if (ok) {
+        qsort(times, (size_t)ctx->iters, sizeof *times, compare_floats);
+        r->median_us = quantile(times, ctx->iters, 0.5) * 1e3;
+        r->min_us = times[0] * 1e3;
+        r->p20_us = quantile(times, ctx->iters, 0.2) * 1e3;
+        r->p80_us = quantile(times, ctx->iters, 0.8) * 1e3;
+        r->gbs = r->bytes / (r->median_us * 1e-6) / 1e9;
+        r->percent_copy = ctx->copy_gbs > 0 ? 100.0 * r->gbs / ctx->copy_gbs : 0;
+    } else {
+        r->check = "error";
+    }
+    free(times);
+    return ok;
+}
+
+static tk_status launch_builtin(void *state) { return launch(state); }
+
 static bool run_bench(bench_context *ctx, const bench *b, result *r) {
     bench_buffers buf;
     memset(&buf, 0, sizeof buf);
@@ -428,33 +468,7 @@ static bool run_bench(bench_context *ctx, const bench *b, result *r) {
     bool checked = verify(ctx, &buf, r->detail, sizeof r->detail);
     r->check = checked ? "ok" : "FAIL";
 
-    float *times = malloc((size_t)ctx->iters * sizeof *times);
-    ok = times != NULL;
-    for (int i = 0; ok && i < ctx->iters; i++) {
-        /* flush L2 outside the timed region: the start event waits for it */
-        ok = CU(ctx, cuMemsetD32(ctx->flush, (unsigned)i, FLUSH_BYTES / 4)) &&
-             CU(ctx, cuEventRecord(ctx->start, NULL));
-        if (ok && (status = launch(&buf)) != TK_SUCCESS) {
-            snprintf(r->detail, sizeof r->detail, "timed launch: %s: %s",
-                     tk_status_string(status), tk_last_error());
-            ok = false;
-        }
-        ok = ok && CU(ctx, cuEventRecord(ctx->stop, NULL)) &&
-             CU(ctx, cuEventSynchronize(ctx->stop)) &&
-             CU(ctx, cuEventElapsedTime(&times[i], ctx->start, ctx->stop));
-    }
-    if (ok) {
-        qsort(times, (size_t)ctx->iters, sizeof *times, compare_floats);
-        r->median_us = quantile(times, ctx->iters, 0.5) * 1e3;
-        r->min_us = times[0] * 1e3;
-        r->p20_us = quantile(times, ctx->iters, 0.2) * 1e3;
-        r->p80_us = quantile(times, ctx->iters, 0.8) * 1e3;
-        r->gbs = r->bytes / (r->median_us * 1e-6) / 1e9;
-        r->percent_copy = ctx->copy_gbs > 0 ? 100.0 * r->gbs / ctx->copy_gbs : 0;
-    } else {
-        r->check = "error";
-    }
-    free(times);
+    ok = time_launches(ctx, launch_builtin, &buf, r);
     free_buffers(ctx, &buf);
     return ok && checked;
 }
@@ -543,32 +557,7 @@ static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
     }
     bool checked = c->verify(&tctx, state, r->detail, sizeof r->detail);
     r->check = checked ? "ok" : "FAIL";
-    float *times = malloc((size_t)ctx->iters * sizeof *times);
-    bool ok = times != NULL;
-    for (int i = 0; ok && i < ctx->iters; i++) {
-        ok = CU(ctx, cuMemsetD32(ctx->flush, (unsigned)i, FLUSH_BYTES / 4)) &&
-             CU(ctx, cuEventRecord(ctx->start, NULL));
-        if (ok && (status = c->launch(state)) != TK_SUCCESS) {
-            snprintf(r->detail, sizeof r->detail, "timed launch: %s: %s",
-                     tk_status_string(status), tk_last_error());
-            ok = false;
-        }
-        ok = ok && CU(ctx, cuEventRecord(ctx->stop, NULL)) &&
-             CU(ctx, cuEventSynchronize(ctx->stop)) &&
-             CU(ctx, cuEventElapsedTime(&times[i], ctx->start, ctx->stop));
-    }
-    if (ok) {
-        qsort(times, (size_t)ctx->iters, sizeof *times, compare_floats);
-        r->median_us = quantile(times, ctx->iters, 0.5) * 1e3;
-        r->min_us = times[0] * 1e3;
-        r->p20_us = quantile(times, ctx->iters, 0.2) * 1e3;
-        r->p80_us = quantile(times, ctx->iters, 0.8) * 1e3;
-        r->gbs = r->bytes / (r->median_us * 1e-6) / 1e9;
-        r->percent_copy = ctx->copy_gbs > 0 ? 100.0 * r->gbs / ctx->copy_gbs : 0;
-    } else {
-        r->check = "error";
-    }
-    free(times);
+    bool ok = time_launches(ctx, c->launch, state, r);
     c->teardown(&tctx, state);
     return ok && checked;
 }

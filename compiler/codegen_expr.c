@@ -13,7 +13,8 @@
  *   contiguous  lanes > 1, last index RAMP(base, 1, lanes) along a
  *               dimension of unit stride, other indices lane-invariant:
  *               one `load <V x T>` / store with the alignment vectorize
- *               proved;
+ *               proved (on a swizzled shared buffer, one per 16-byte
+ *               chunk: swizzled_piece_lanes);
  *   gather      anything else lanes wide: one scalar access per lane.
  * A predicate makes an access conditional: a lane-invariant predicate
  * guards the whole access with one branch, a lanes-wide one guards each
@@ -424,6 +425,36 @@ static unsigned access_alignment(const Access *a) {
     return (unsigned)(a->align_bytes > natural ? a->align_bytes : natural);
 }
 
+/* A contiguous access to a swizzled shared buffer is contiguous in memory
+ * only within one 16-byte chunk: the XOR swizzle moves each chunk of a
+ * row on its own (ir_shared_swizzle).  Wider accesses, e.g. 16 bf16 read
+ * by one thread, are split into pieces of at most 16 bytes and at most
+ * the proven alignment (so that no piece straddles a chunk), each
+ * addressed through the swizzle; the result is the lanes of a piece per
+ * piece (plan_shared costs such accesses as these pieces already).
+ * Returns the lanes of one piece, or a->lanes when no split is needed. */
+static int swizzled_piece_lanes(const Access *a) {
+    const Buffer *b = a->buffer;
+    if (b->scope != SCOPE_SHARED || b->swizzle_shift < 0) return a->lanes;
+    int bytes = element_bytes(b->dtype);
+    int piece_bytes = (int)access_alignment(a);
+    if (piece_bytes > 16) piece_bytes = 16;
+    int piece = piece_bytes / bytes;
+    if (piece < 1) piece = 1;
+    while (piece > 1 && a->lanes % piece != 0) piece /= 2;
+    return piece < a->lanes ? piece : a->lanes;
+}
+
+/* Scalar indices of the lane `first` of a contiguous access whose lane-0
+ * indices are `index`: the last index advances by `first`. */
+static void piece_indices(Codegen *cg, const Access *a, LLVMValueRef *index, int first,
+                          LLVMValueRef *out) {
+    int last = a->buffer->rank - 1;
+    for (int d = 0; d < last; d++) out[d] = index[d];
+    out[last] = first ? LLVMBuildAdd(cg->builder, index[last], cg_i32(cg, first), "")
+                      : index[last];
+}
+
 /* ---- loads ------------------------------------------------------------- */
 
 /* Emits `produce` under the condition `cond`, yielding zero otherwise. */
@@ -459,6 +490,23 @@ static LLVMValueRef produce_load(Codegen *cg, void *opaque) {
     LoadState *st = opaque;
     const Access *a = st->access;
     LLVMTypeRef element = cg_memory_type(cg, a->buffer->dtype);
+    int piece = st->lane < 0 ? swizzled_piece_lanes(a) : a->lanes;
+    if (piece < a->lanes) {
+        /* one load per swizzle chunk, each at its own swizzled address */
+        LLVMValueRef result = LLVMGetPoison(LLVMVectorType(element, (unsigned)a->lanes));
+        for (int first = 0; first < a->lanes; first += piece) {
+            LLVMValueRef index[IR_MAX_RANK];
+            piece_indices(cg, a, st->index, first, index);
+            LLVMValueRef address = element_address(cg, a->buffer, index);
+            LLVMTypeRef type = piece > 1 ? LLVMVectorType(element, (unsigned)piece) : element;
+            LLVMValueRef v = LLVMBuildLoad2(cg->builder, type, address, "");
+            LLVMSetAlignment(v, (unsigned)(piece * element_bytes(a->buffer->dtype)));
+            for (int lane = 0; lane < piece; lane++)
+                result = LLVMBuildInsertElement(cg->builder, result, lane_of(cg, v, lane),
+                                                cg_i32(cg, first + lane), "");
+        }
+        return result;
+    }
     LLVMValueRef scalar_index[IR_MAX_RANK];
     for (int d = 0; d < a->buffer->rank; d++)
         scalar_index[d] = st->lane < 0 ? st->index[d] : lane_of(cg, st->index[d], st->lane);
@@ -531,6 +579,30 @@ typedef struct StoreState {
 static LLVMValueRef produce_store(Codegen *cg, void *opaque) {
     StoreState *st = opaque;
     const Access *a = st->access;
+    int piece = st->lane < 0 ? swizzled_piece_lanes(a) : a->lanes;
+    if (piece < a->lanes) {
+        /* one store per swizzle chunk, each at its own swizzled address */
+        LLVMTypeRef i32 = LLVMInt32TypeInContext(cg->context);
+        for (int first = 0; first < a->lanes; first += piece) {
+            LLVMValueRef index[IR_MAX_RANK];
+            piece_indices(cg, a, st->index, first, index);
+            LLVMValueRef v;
+            if (piece > 1) {
+                LLVMValueRef mask[16];
+                for (int lane = 0; lane < piece; lane++)
+                    mask[lane] = LLVMConstInt(i32, (unsigned long long)(first + lane), 0);
+                v = LLVMBuildShuffleVector(cg->builder, st->value,
+                                           LLVMGetPoison(LLVMTypeOf(st->value)),
+                                           LLVMConstVector(mask, (unsigned)piece), "");
+            } else {
+                v = lane_of(cg, st->value, first);
+            }
+            LLVMValueRef store = LLVMBuildStore(cg->builder, v,
+                                                element_address(cg, a->buffer, index));
+            LLVMSetAlignment(store, (unsigned)(piece * element_bytes(a->buffer->dtype)));
+        }
+        return NULL;
+    }
     LLVMValueRef scalar_index[IR_MAX_RANK];
     for (int d = 0; d < a->buffer->rank; d++)
         scalar_index[d] = st->lane < 0 ? st->index[d] : lane_of(cg, st->index[d], st->lane);

@@ -379,9 +379,11 @@ static void moe_extent(int64_t *max_tokens, int64_t *max_rows) {
 }
 
 /* Gathers: each draw with bf16 input at one hidden size and quantised
- * input at another, both round_sf values (the hidden sizes rotate over
- * the draws, so every size meets both inputs).  The rows of x are
- * MAX_STRIDE apart, a padded view for every hidden size but the largest. */
+ * input at another; the hidden sizes and round_sf rotate over the draws
+ * (every size meets both inputs and both round_sf values) to keep the
+ * binary's run time down: the draws are up to 36000 rows each.  The rows
+ * of x are MAX_STRIDE apart, a padded view for every hidden size but the
+ * largest. */
 Test(per_channel_cast_fused, gather, .timeout = 1800) {
     channel_state s;
     double start = now_seconds();
@@ -396,13 +398,14 @@ Test(per_channel_cast_fused, gather, .timeout = 1800) {
                                                  &tokens, &rows);
         cr_assert(pos != NULL);
         int64_t float_hidden = HIDDEN128[m % 6], quantized_hidden = HIDDEN128[(m + 3) % 6];
-        for (int round_sf = 0; round_sf < 2; round_sf++)
-            run_case(&s, ENTRY_FUSED, false, tokens, float_hidden, MAX_STRIDE, pos, rows, 128,
-                     round_sf);
+        /* flips every draw and once more every 6 draws: each hidden size
+         * meets both round_sf values with both inputs */
+        bool round_sf = (m + m / 6) % 2 == 1;
+        run_case(&s, ENTRY_FUSED, false, tokens, float_hidden, MAX_STRIDE, pos, rows, 128,
+                 round_sf);
         make_quantized(&s, tokens, quantized_hidden);
-        for (int round_sf = 0; round_sf < 2; round_sf++)
-            run_case(&s, ENTRY_FUSED, true, tokens, quantized_hidden, quantized_hidden, pos,
-                     rows, 128, round_sf);
+        run_case(&s, ENTRY_FUSED, true, tokens, quantized_hidden, quantized_hidden, pos, rows,
+                 128, !round_sf);
         free(pos);
     }
     cr_log_info("per_channel_cast_fused gather: %d cases in %.1f s", s.cases,
@@ -419,6 +422,7 @@ Test(per_channel_cast_fused, gather_f32_and_out_of_range, .timeout = 1800) {
     int32_t *pos = ref_channel_moe_positions(4001, 6, 32, 8, 16, test_seed() + 77, &tokens,
                                              &rows);
     cr_assert(pos != NULL);
+    double start = now_seconds();
     state_begin(&s, TK_F32, tokens, rows);
     for (int64_t r = 0; r < rows; r += 97)
         pos[r] = r % 2 ? (int32_t)(tokens + r) : -1 - (int32_t)r;
@@ -427,14 +431,18 @@ Test(per_channel_cast_fused, gather_f32_and_out_of_range, .timeout = 1800) {
         for (int round_sf = 0; round_sf < 2; round_sf++)
             run_case(&s, ENTRY_FUSED, false, tokens, hidden[h], MAX_STRIDE, pos, rows, 128,
                      round_sf);
+    int cases = s.cases;
     state_end(&s);
     /* quantised input at 576 columns: a partial last input-scale group */
     state_begin(&s, TK_BF16, tokens, rows);
     make_quantized(&s, tokens, 576);
     for (int round_sf = 0; round_sf < 2; round_sf++)
         run_case(&s, ENTRY_FUSED, true, tokens, 576, 576, pos, rows, 128, round_sf);
+    cases += s.cases;
     state_end(&s);
     free(pos);
+    cr_log_info("per_channel_cast_fused gather_f32_and_out_of_range: %d cases in %.1f s", cases,
+                now_seconds() - start);
 }
 
 /* ---- per_channel_cast_and_transpose (spec 6.8) ------------------------------------ */

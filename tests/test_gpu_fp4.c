@@ -13,9 +13,13 @@
  * 12.1, 12.4): tokens 0 / 4001 / 8001, hidden 576 ... 7168, f32 and bf16,
  * npc 16 / 32 / 64 / 128 / H, SF row-major (round or not), column-major and
  * packed UE8M0, row strides H + 64 and H + 1, quantised inputs with
- * (128, 128) and (32, 32) blocks in every SF layout.  Each test stays well
- * under two minutes on the 16-core H200 machine.  TK_TEST_SEED changes the
- * inputs; TK_REF_THREADS the reference threads.
+ * (128, 128) and (32, 32) blocks in every SF layout.  Every shape runs, but
+ * the options rotate over the shapes instead of forming their full product
+ * (which cost minutes of CPU reference time), so the whole binary stays
+ * well under 90 s on the 16-core H200 machine next to the other test
+ * binaries.  Nothing is printed per case; each test prints one line with
+ * its case count and time.  TK_TEST_SEED changes the inputs;
+ * TK_REF_THREADS the reference threads.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -244,130 +248,159 @@ static const struct {
     {false, TK_SF_ROW_MAJOR},
     {true, TK_SF_COL_MAJOR},
 };
+#define NUM_MODES 4
+
+/* Copies bytes to the device; nothing to do for an empty matrix. */
+static void upload(CUdeviceptr device, const void *host, size_t bytes) {
+    if (bytes > 0)
+        CU(cuMemcpyHtoD(device, host, bytes));
+}
+
+/* The one line a test prints (nothing per case): what ran and how long. */
+static void summary(const char *what, int cases, double start) {
+    fprintf(stderr, "test_gpu_fp4: %s: %d cases in %.1f s\n", what, cases,
+            now_seconds() - start);
+}
+
+/* The sweeps keep TileKernels' shapes (every hidden size at 4001 and 8001
+ * tokens, T == 0 once per hidden size) and rotate the options over them:
+ * case i of a sweep takes option combination i modulo the number of
+ * combinations, so every combination runs at least once at some shape
+ * without the full product (whose CPU references took minutes). */
 
 static void run_e2m1_cast(tk_dtype in_dtype) {
     state s;
     double start = now_seconds();
     state_begin(&s, in_dtype);
     static const int NPC[] = {16, 32, 64, 128, 0 /* H */};
+    /* 5 npc x 4 modes = 20 combinations over bf16's 28 cases (two per
+     * shape); f32, whose kernels differ only in the load, takes one per
+     * shape from elsewhere in the cycle (14 combinations) */
+    int i = in_dtype == TK_F32 ? 7 : 0;
+    int per_shape = in_dtype == TK_F32 ? 1 : 2;
     for (size_t t = 0; t < 3; t++)
         for (size_t h = 0; h < NUM_HIDDEN; h++)
-            for (int n = 0; n < 5; n++)
-                for (int m = 0; m < 4; m++) {
-                    /* the extra modes at 4001 tokens only, to bound the time */
-                    if (m >= 2 && TOKENS[t] == 8001)
-                        continue;
-                    int npc = NPC[n] ? NPC[n] : (int)HIDDEN[h];
-                    cast_case(&s, TK_E2M1, TOKENS[t], HIDDEN[h], HIDDEN[h], npc,
-                              MODES[m].round_sf, MODES[m].layout);
-                }
-    /* row strides: a multiple of the vector and an odd one */
-    for (size_t h = 0; h < NUM_HIDDEN; h += 3)
-        for (int n = 0; n < 5; n += 2)
-            for (int m = 0; m < 2; m++) {
-                int npc = NPC[n] ? NPC[n] : (int)HIDDEN[h];
-                cast_case(&s, TK_E2M1, 4001, HIDDEN[h], HIDDEN[h] + 64, npc, MODES[m].round_sf,
-                          MODES[m].layout);
-                cast_case(&s, TK_E2M1, 4001, HIDDEN[h], HIDDEN[h] + 1, npc, MODES[m].round_sf,
-                          MODES[m].layout);
+            for (int k = 0; k < (TOKENS[t] ? per_shape : 1); k++, i++) {
+                int combo = i % 20;
+                int npc = NPC[combo % 5] ? NPC[combo % 5] : (int)HIDDEN[h];
+                int m = combo / 5;
+                cast_case(&s, TK_E2M1, TOKENS[t], HIDDEN[h], HIDDEN[h], npc,
+                          MODES[m].round_sf, MODES[m].layout);
             }
-    cr_log_info("per_token_cast %s->e2m1: %d cases in %.1f s", dtype_name(in_dtype), s.cases,
-                now_seconds() - start);
+    /* row strides: a multiple of the vector and an odd one (the _any
+     * instances), at three sizes */
+    for (size_t h = 0; h < NUM_HIDDEN; h += 3)
+        for (int odd = 0; odd < 2; odd++) {
+            int n = (int)(h / 3 * 2 + (size_t)odd) % 5;
+            int npc = NPC[n] ? NPC[n] : (int)HIDDEN[h];
+            int m = (int)(h / 3 + (size_t)odd) % NUM_MODES;
+            cast_case(&s, TK_E2M1, 4001, HIDDEN[h], HIDDEN[h] + (odd ? 1 : 64), npc,
+                      MODES[m].round_sf, MODES[m].layout);
+        }
+    char what[64];
+    snprintf(what, sizeof what, "per_token_cast %s->e2m1", dtype_name(in_dtype));
+    summary(what, s.cases, start);
     state_end(&s);
 }
 
-Test(per_token_cast_e2m1, bf16, .timeout = 1800) { run_e2m1_cast(TK_BF16); }
-Test(per_token_cast_e2m1, f32, .timeout = 1800) { run_e2m1_cast(TK_F32); }
+Test(per_token_cast_e2m1, bf16, .timeout = 85) { run_e2m1_cast(TK_BF16); }
+Test(per_token_cast_e2m1, f32, .timeout = 85) { run_e2m1_cast(TK_F32); }
 
 /* e4m3 with the blockings cast.tk lacks: npc 16 and npc == H. */
-Test(per_token_cast_e4m3, npc_16_and_one_scale_per_token, .timeout = 1800) {
+Test(per_token_cast_e4m3, npc_16_and_one_scale_per_token, .timeout = 85) {
     tk_dtype dtypes[] = {TK_BF16, TK_F32};
+    double start = now_seconds();
+    int cases = 0;
     for (int d = 0; d < 2; d++) {
         state s;
-        double start = now_seconds();
         state_begin(&s, dtypes[d]);
+        int i = 2 * d;
         for (size_t t = 0; t < 3; t++)
-            for (size_t h = 0; h < NUM_HIDDEN; h++)
-                for (int m = 0; m < 4; m++) {
-                    if (m >= 2 && TOKENS[t] == 8001)
-                        continue;
-                    cast_case(&s, TK_E4M3, TOKENS[t], HIDDEN[h], HIDDEN[h], 16,
-                              MODES[m].round_sf, MODES[m].layout);
-                    cast_case(&s, TK_E4M3, TOKENS[t], HIDDEN[h], HIDDEN[h], (int)HIDDEN[h],
-                              MODES[m].round_sf, MODES[m].layout);
-                }
+            for (size_t h = 0; h < NUM_HIDDEN; h++, i++) {
+                int m = i % NUM_MODES, other = (i + 1) % NUM_MODES;
+                cast_case(&s, TK_E4M3, TOKENS[t], HIDDEN[h], HIDDEN[h], 16,
+                          MODES[m].round_sf, MODES[m].layout);
+                cast_case(&s, TK_E4M3, TOKENS[t], HIDDEN[h], HIDDEN[h], (int)HIDDEN[h],
+                          MODES[other].round_sf, MODES[other].layout);
+            }
         for (size_t h = 0; h < NUM_HIDDEN; h += 2) {
             cast_case(&s, TK_E4M3, 4001, HIDDEN[h], HIDDEN[h] + 1, (int)HIDDEN[h], true,
                       TK_SF_PACKED_UE8M0);
             cast_case(&s, TK_E4M3, 4001, HIDDEN[h], HIDDEN[h] + 64, 16, true, TK_SF_ROW_MAJOR);
         }
-        cr_log_info("per_token_cast %s->e4m3 npc 16 / H: %d cases in %.1f s",
-                    dtype_name(dtypes[d]), s.cases, now_seconds() - start);
+        cases += s.cases;
         state_end(&s);
     }
+    summary("per_token_cast bf16/f32->e4m3 npc 16 / H", cases, start);
 }
 
 /* ---- SF only and precomputed SF ------------------------------------------- */
 
-/* SF-only == the cast's SF (spec 2.6 (3)); the precomputed cast against
- * the reference reading the same row-major f32 scales. */
-Test(per_token_cast_modes, sf_only_and_precomputed, .timeout = 1800) {
+/* SF-only == the cast's SF (spec 2.6 (3)): the cast runs first (checked
+ * against the reference, which leaves the reference's scales in want_sf),
+ * then the SF-only launch's scales are compared with those.  The
+ * precomputed cast is checked against the reference reading the same
+ * row-major f32 scales. */
+Test(per_token_cast_modes, sf_only_and_precomputed, .timeout = 85) {
     state s;
     double start = now_seconds();
     state_begin(&s, TK_BF16);
     static const int NPC[] = {16, 32, 64, 128};
+    /* per (format, hidden): a row-major mode (round alternating, with the
+     * precomputed cast) and a packed or column-major one */
     for (int f = 0; f < 2; f++)
         for (size_t h = 0; h < NUM_HIDDEN; h++)
-            for (int n = 0; n < 4; n++)
-                for (int m = 0; m < 4; m++) {
-                    tk_dtype format = f ? TK_E2M1 : TK_E4M3;
-                    int64_t tokens = 4001, hidden = HIDDEN[h];
-                    int npc = NPC[n];
-                    char what[200];
-                    snprintf(what, sizeof what, "sf_only %s H=%ld npc=%d round=%d sf=%s",
-                             dtype_name(format), (long)hidden, npc, MODES[m].round_sf,
-                             layout_name(MODES[m].layout));
-                    ref_sf_shape shape;
-                    cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, MODES[m].layout, &shape));
-                    tk_tensor sf;
-                    check_status(tk_sf_desc(tokens, hidden, 1, npc, MODES[m].layout, &sf, NULL),
-                                 "tk_sf_desc");
-                    sf.data = (void *)(uintptr_t)s.device_sf;
-                    tk_tensor x = tensor2(s.device_input, TK_BF16, tokens, hidden, hidden, 1);
-                    poison(s.device_sf, shape.bytes);
-                    check_status(tk_per_token_cast_with_sf_only(&x, format, npc,
-                                                                MODES[m].round_sf,
-                                                                MODES[m].layout, &sf, NULL),
-                                 what);
-                    download(s.got_sf, s.device_sf, shape.bytes, what);
-                    /* the cast's scales, on the GPU */
-                    cast_case(&s, format, tokens, hidden, hidden, npc, MODES[m].round_sf,
-                              MODES[m].layout);
-                    expect_equal_sf(&shape, s.got_sf, s.want_sf, what);
-                    if (MODES[m].layout != TK_SF_ROW_MAJOR)
-                        continue;
-                    /* precomputed: the reference's scales, uploaded */
-                    snprintf(what, sizeof what, "precomputed %s H=%ld npc=%d round=%d",
-                             dtype_name(format), (long)hidden, npc, MODES[m].round_sf);
-                    CU(cuMemcpyHtoD(s.device_aux, s.want_sf, shape.bytes));
-                    tk_tensor pre = sf;
-                    pre.data = (void *)(uintptr_t)s.device_aux;
-                    int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
-                    size_t out_bytes = (size_t)tokens * (size_t)out_cols;
-                    tk_tensor out = tensor2(s.device_output, f ? TK_I8 : TK_E4M3, tokens,
-                                            out_cols, out_cols, 1);
-                    poison(s.device_output, out_bytes);
-                    check_status(tk_per_token_cast_with_precomputed_sf(&x, npc, &pre, &out, NULL),
-                                 what);
-                    download(s.got, s.device_output, out_bytes, what);
-                    ref_quant_input in = {s.input, TK_BF16, hidden, NULL, 0, 0, 0};
-                    cr_assert(ref_per_token_quant(&in, tokens, hidden, npc, format, false,
-                                                  TK_SF_ROW_MAJOR, (const float *)s.want_sf,
-                                                  s.want, NULL));
-                    expect_equal(s.got, s.want, out_bytes, out_cols, what);
-                    s.cases += 2;
-                }
-    cr_log_info("sf_only / precomputed: %d cases in %.1f s", s.cases, now_seconds() - start);
+            for (int k = 0; k < 2; k++) {
+                int i = f * (int)NUM_HIDDEN + (int)h;
+                int m = k == 0 ? (i % 2 ? 2 : 0) : (i / 2 % 2 ? 3 : 1);
+                tk_dtype format = f ? TK_E2M1 : TK_E4M3;
+                int64_t tokens = 4001, hidden = HIDDEN[h];
+                int npc = NPC[(i + k) % 4];
+                char what[200];
+                snprintf(what, sizeof what, "sf_only %s H=%ld npc=%d round=%d sf=%s",
+                         dtype_name(format), (long)hidden, npc, MODES[m].round_sf,
+                         layout_name(MODES[m].layout));
+                ref_sf_shape shape;
+                cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, MODES[m].layout, &shape));
+                /* the cast, on the GPU and in the reference (want_sf) */
+                cast_case(&s, format, tokens, hidden, hidden, npc, MODES[m].round_sf,
+                          MODES[m].layout);
+                tk_tensor sf;
+                check_status(tk_sf_desc(tokens, hidden, 1, npc, MODES[m].layout, &sf, NULL),
+                             "tk_sf_desc");
+                sf.data = (void *)(uintptr_t)s.device_sf;
+                tk_tensor x = tensor2(s.device_input, TK_BF16, tokens, hidden, hidden, 1);
+                poison(s.device_sf, shape.bytes);
+                check_status(tk_per_token_cast_with_sf_only(&x, format, npc, MODES[m].round_sf,
+                                                            MODES[m].layout, &sf, NULL),
+                             what);
+                download(s.got_sf, s.device_sf, shape.bytes, what);
+                expect_equal_sf(&shape, s.got_sf, s.want_sf, what);
+                s.cases++;
+                if (MODES[m].layout != TK_SF_ROW_MAJOR)
+                    continue;
+                /* precomputed: the reference's scales, uploaded */
+                snprintf(what, sizeof what, "precomputed %s H=%ld npc=%d round=%d",
+                         dtype_name(format), (long)hidden, npc, MODES[m].round_sf);
+                upload(s.device_aux, s.want_sf, shape.bytes);
+                tk_tensor pre = sf;
+                pre.data = (void *)(uintptr_t)s.device_aux;
+                int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
+                size_t out_bytes = (size_t)tokens * (size_t)out_cols;
+                tk_tensor out = tensor2(s.device_output, f ? TK_I8 : TK_E4M3, tokens, out_cols,
+                                        out_cols, 1);
+                poison(s.device_output, out_bytes);
+                check_status(tk_per_token_cast_with_precomputed_sf(&x, npc, &pre, &out, NULL),
+                             what);
+                download(s.got, s.device_output, out_bytes, what);
+                ref_quant_input in = {s.input, TK_BF16, hidden, NULL, 0, 0, 0};
+                cr_assert(ref_per_token_quant(&in, tokens, hidden, npc, format, false,
+                                              TK_SF_ROW_MAJOR, (const float *)s.want_sf,
+                                              s.want, NULL));
+                expect_equal(s.got, s.want, out_bytes, out_cols, what);
+                s.cases++;
+            }
+    summary("sf_only / precomputed", s.cases, start);
     state_end(&s);
 }
 
@@ -391,7 +424,7 @@ static void random_scales(unsigned char *sf, const ref_sf_shape *shape, bool pow
         }
 }
 
-Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 1800) {
+Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 85) {
     state s;
     double start = now_seconds();
     state_begin(&s, TK_BF16);
@@ -410,82 +443,73 @@ Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 1800) {
                 data[i] = (uint8_t)(ref_rng_next(&(ref_rng){test_seed() * 31 + i}) >> 24);
         else
             ref_fill_rand_e4m3(data, (int64_t)data_bytes, test_seed() + 8000);
-        CU(cuMemcpyHtoD(device_data, data, data_bytes));
+        upload(device_data, data, data_bytes);
+        /* 2 formats x 3 input layouts x 2 blocks = 12 combinations, npc
+         * rotating on its own cycle, over 29 cases per input kind */
+        int i = kind * 5;
         for (size_t t = 0; t < 3; t++)
             for (size_t h = 0; h < NUM_HIDDEN; h++)
-                for (int b = 0; b < 2; b++)
-                    for (int l = 0; l < 3; l++)
-                        for (int f = 0; f < 2; f++)
-                            for (int n = 0; n < 4; n++) {
-                                int64_t tokens = TOKENS[t], hidden = HIDDEN[h];
-                                tk_dtype format = f ? TK_E2M1 : TK_E4M3;
-                                int npc = NPC[n];
-                                /* npc 16 and 64 at one size only */
-                                if (n >= 2 && (tokens != 4001 || h % 3 != 0))
-                                    continue;
-                                /* TileKernels' two modes: row f32 round with a
-                                 * row SF input, packed with packed input; the
-                                 * other input layouts with row output */
-                                tk_sf_layout out_layout =
-                                    IN_LAYOUTS[l] == TK_SF_PACKED_UE8M0 ? TK_SF_PACKED_UE8M0
-                                                                        : TK_SF_ROW_MAJOR;
-                                bool round_sf = true;
-                                if (IN_LAYOUTS[l] == TK_SF_COL_MAJOR && n == 0)
-                                    round_sf = false;
-                                char what[220];
-                                snprintf(what, sizeof what,
-                                         "requant %s->%s T=%ld H=%ld block=%dx%d in_sf=%s npc=%d "
-                                         "round=%d sf=%s",
-                                         dtype_name(data_dtype), dtype_name(format), (long)tokens,
-                                         (long)hidden, BLOCKS[b][0], BLOCKS[b][1],
-                                         layout_name(IN_LAYOUTS[l]), npc, round_sf,
-                                         layout_name(out_layout));
-                                ref_sf_shape in_shape, shape;
-                                cr_assert(ref_sf_shape_of(tokens, hidden, BLOCKS[b][0],
-                                                          BLOCKS[b][1], IN_LAYOUTS[l],
-                                                          &in_shape));
-                                cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, out_layout,
-                                                          &shape));
-                                random_scales(in_sf, &in_shape,
-                                              IN_LAYOUTS[l] != TK_SF_COL_MAJOR,
-                                              test_seed() + (uint64_t)(t * 1000 + h * 10 + b));
-                                CU(cuMemcpyHtoD(s.device_aux, in_sf, in_shape.bytes + 1));
-                                tk_tensor x_sf, sf;
-                                check_status(tk_sf_desc(tokens, hidden, BLOCKS[b][0],
-                                                        BLOCKS[b][1], IN_LAYOUTS[l], &x_sf,
-                                                        NULL),
-                                             "tk_sf_desc");
-                                x_sf.data = (void *)(uintptr_t)s.device_aux;
-                                check_status(tk_sf_desc(tokens, hidden, 1, npc, out_layout, &sf,
-                                                        NULL),
-                                             "tk_sf_desc");
-                                sf.data = (void *)(uintptr_t)s.device_sf;
-                                int64_t data_cols = kind ? hidden / 2 : hidden;
-                                tk_tensor x = tensor2(device_data, kind ? TK_I8 : TK_E4M3, tokens,
-                                                      data_cols, data_cols, 1);
-                                int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
-                                size_t out_bytes = (size_t)tokens * (size_t)out_cols;
-                                tk_tensor out = tensor2(s.device_output, f ? TK_I8 : TK_E4M3,
-                                                        tokens, out_cols, out_cols, 1);
-                                poison(s.device_output, out_bytes);
-                                poison(s.device_sf, shape.bytes);
-                                check_status(tk_per_token_cast_quantized(
-                                                 &x, &x_sf, BLOCKS[b][0], BLOCKS[b][1], npc,
-                                                 round_sf, out_layout, &out, &sf, NULL),
-                                             what);
-                                download(s.got, s.device_output, out_bytes, what);
-                                download(s.got_sf, s.device_sf, shape.bytes, what);
-                                ref_quant_input in = {data, data_dtype, data_cols, in_sf,
-                                                      IN_LAYOUTS[l], BLOCKS[b][0], BLOCKS[b][1]};
-                                cr_assert(ref_per_token_quant(&in, tokens, hidden, npc, format,
-                                                              round_sf, out_layout, NULL, s.want,
-                                                              s.want_sf));
-                                expect_equal(s.got, s.want, out_bytes, out_cols, what);
-                                expect_equal_sf(&shape, s.got_sf, s.want_sf, what);
-                                s.cases++;
-                            }
+                for (int k = 0; k < (TOKENS[t] ? 2 : 1); k++, i++) {
+                    if (TOKENS[t] == 0 && h != 0)
+                        continue; /* one empty case per kind */
+                    int64_t tokens = TOKENS[t], hidden = HIDDEN[h];
+                    int f = i % 2, l = i / 2 % 3, b = i / 6 % 2;
+                    int npc = NPC[(i + i / 12) % 4];
+                    tk_dtype format = f ? TK_E2M1 : TK_E4M3;
+                    /* TileKernels' two modes: row f32 round with a row SF
+                     * input, packed with packed input; the other input
+                     * layouts with row output */
+                    tk_sf_layout out_layout = IN_LAYOUTS[l] == TK_SF_PACKED_UE8M0
+                                                  ? TK_SF_PACKED_UE8M0
+                                                  : TK_SF_ROW_MAJOR;
+                    bool round_sf = !(IN_LAYOUTS[l] == TK_SF_COL_MAJOR && npc == 32);
+                    char what[220];
+                    snprintf(what, sizeof what,
+                             "requant %s->%s T=%ld H=%ld block=%dx%d in_sf=%s npc=%d round=%d "
+                             "sf=%s",
+                             dtype_name(data_dtype), dtype_name(format), (long)tokens,
+                             (long)hidden, BLOCKS[b][0], BLOCKS[b][1], layout_name(IN_LAYOUTS[l]),
+                             npc, round_sf, layout_name(out_layout));
+                    ref_sf_shape in_shape, shape;
+                    cr_assert(ref_sf_shape_of(tokens, hidden, BLOCKS[b][0], BLOCKS[b][1],
+                                              IN_LAYOUTS[l], &in_shape));
+                    cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, out_layout, &shape));
+                    random_scales(in_sf, &in_shape, IN_LAYOUTS[l] != TK_SF_COL_MAJOR,
+                                  test_seed() + (uint64_t)(t * 1000 + h * 10 + b));
+                    upload(s.device_aux, in_sf, in_shape.bytes);
+                    tk_tensor x_sf, sf;
+                    check_status(tk_sf_desc(tokens, hidden, BLOCKS[b][0], BLOCKS[b][1],
+                                            IN_LAYOUTS[l], &x_sf, NULL),
+                                 "tk_sf_desc");
+                    x_sf.data = (void *)(uintptr_t)s.device_aux;
+                    check_status(tk_sf_desc(tokens, hidden, 1, npc, out_layout, &sf, NULL),
+                                 "tk_sf_desc");
+                    sf.data = (void *)(uintptr_t)s.device_sf;
+                    int64_t data_cols = kind ? hidden / 2 : hidden;
+                    tk_tensor x = tensor2(device_data, kind ? TK_I8 : TK_E4M3, tokens,
+                                          data_cols, data_cols, 1);
+                    int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
+                    size_t out_bytes = (size_t)tokens * (size_t)out_cols;
+                    tk_tensor out = tensor2(s.device_output, f ? TK_I8 : TK_E4M3, tokens,
+                                            out_cols, out_cols, 1);
+                    poison(s.device_output, out_bytes);
+                    poison(s.device_sf, shape.bytes);
+                    check_status(tk_per_token_cast_quantized(&x, &x_sf, BLOCKS[b][0],
+                                                             BLOCKS[b][1], npc, round_sf,
+                                                             out_layout, &out, &sf, NULL),
+                                 what);
+                    download(s.got, s.device_output, out_bytes, what);
+                    download(s.got_sf, s.device_sf, shape.bytes, what);
+                    ref_quant_input in = {data, data_dtype, data_cols, in_sf,
+                                          IN_LAYOUTS[l], BLOCKS[b][0], BLOCKS[b][1]};
+                    cr_assert(ref_per_token_quant(&in, tokens, hidden, npc, format, round_sf,
+                                                  out_layout, NULL, s.want, s.want_sf));
+                    expect_equal(s.got, s.want, out_bytes, out_cols, what);
+                    expect_equal_sf(&shape, s.got_sf, s.want_sf, what);
+                    s.cases++;
+                }
     }
-    cr_log_info("per_token_cast_quantized: %d cases in %.1f s", s.cases, now_seconds() - start);
+    summary("per_token_cast_quantized", s.cases, start);
     CU(cuMemFree(device_data));
     free(data);
     free(in_sf);
@@ -494,7 +518,7 @@ Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 1800) {
 
 /* ---- cast_back from packed FP4 ---------------------------------------------- */
 
-Test(cast_back_e2m1, every_layout_and_block, .timeout = 1800) {
+Test(cast_back_e2m1, every_layout_and_block, .timeout = 85) {
     state s;
     double start = now_seconds();
     state_begin(&s, TK_BF16);
@@ -505,58 +529,60 @@ Test(cast_back_e2m1, every_layout_and_block, .timeout = 1800) {
     static const int BLOCKS[][2] = {{1, 128}, {1, 0 /* H */}, {1, 32}, {1, 16},
                                     {128, 128}, {32, 32}};
     static const tk_sf_layout LAYOUTS[] = {TK_SF_ROW_MAJOR, TK_SF_COL_MAJOR, TK_SF_PACKED_UE8M0};
+    /* 6 blocks x 3 layouts = 18 combinations (case i = 6q + r takes block
+     * r and layout (q + r) % 3) over 29 cases, the output dtype
+     * alternating with q so that every block meets both */
+    int i = 0;
     for (size_t t = 0; t < 3; t++)
-        for (size_t h = 0; h < NUM_HIDDEN; h++) {
-            int64_t tokens = TOKENS[t], hidden = HIDDEN[h];
-            for (int b = 0; b < 6; b++)
-                for (int l = 0; l < 3; l++) {
-                    int bm = BLOCKS[b][0], bk = BLOCKS[b][1] ? BLOCKS[b][1] : (int)hidden;
-                    if (b >= 2 && tokens == 8001)
-                        continue;
-                    ref_sf_shape shape;
-                    cr_assert(ref_sf_shape_of(tokens, hidden, bm, bk, LAYOUTS[l], &shape));
-                    if (bm == 1) {
-                        /* data and scales from the per-token cast, as TileKernels' tests */
-                        ref_quant_input in = {s.input, TK_BF16, MAX_STRIDE, NULL, 0, 0, 0};
-                        cr_assert(ref_per_token_quant(&in, tokens, hidden, bk, TK_E2M1,
-                                                      LAYOUTS[l] != TK_SF_COL_MAJOR, LAYOUTS[l],
-                                                      NULL, data, sf));
-                    } else {
-                        for (size_t i = 0; i < (size_t)(tokens * hidden / 2); i++)
-                            data[i] = (uint8_t)(ref_rng_next(&(ref_rng){i * 7 + 3}) >> 40);
-                        random_scales(sf, &shape, LAYOUTS[l] == TK_SF_PACKED_UE8M0, 99 + h);
-                    }
-                    CU(cuMemcpyHtoD(device_data, data, (size_t)(tokens * hidden / 2) + 1));
-                    CU(cuMemcpyHtoD(s.device_aux, sf, shape.bytes + 1));
-                    for (int o = 0; o < 2; o++) {
-                        tk_dtype out_dtype = o ? TK_F32 : TK_BF16;
-                        char what[200];
-                        snprintf(what, sizeof what, "cast_back e2m1->%s T=%ld H=%ld block=%dx%d sf=%s",
-                                 dtype_name(out_dtype), (long)tokens, (long)hidden, bm, bk,
-                                 layout_name(LAYOUTS[l]));
-                        tk_tensor sf_desc;
-                        check_status(tk_sf_desc(tokens, hidden, bm, bk, LAYOUTS[l], &sf_desc, NULL),
-                                     "tk_sf_desc");
-                        sf_desc.data = (void *)(uintptr_t)s.device_aux;
-                        tk_tensor x = tensor2(device_data, TK_I8, tokens, hidden / 2, hidden / 2, 1);
-                        size_t out_size = tk_dtype_size(out_dtype);
-                        size_t out_bytes = (size_t)(tokens * hidden) * out_size;
-                        tk_tensor out = tensor2(s.device_output, out_dtype, tokens, hidden,
-                                                hidden, 1);
-                        poison(s.device_output, out_bytes);
-                        tk_status status = bm == 1
-                                               ? tk_per_token_cast_back(&x, &sf_desc, bk, &out, NULL)
-                                               : tk_cast_back(&x, &sf_desc, bm, bk, &out, NULL);
-                        check_status(status, what);
-                        download(s.got, s.device_output, out_bytes, what);
-                        cr_assert(ref_cast_back_e2m1(data, tokens, hidden, sf, LAYOUTS[l], bm, bk,
-                                                     out_dtype, s.want));
-                        expect_equal(s.got, s.want, out_bytes, hidden * (int64_t)out_size, what);
-                        s.cases++;
-                    }
+        for (size_t h = 0; h < NUM_HIDDEN; h++)
+            for (int k = 0; k < (TOKENS[t] ? 2 : 1); k++, i++) {
+                if (TOKENS[t] == 0 && h != 0)
+                    continue; /* one empty case */
+                int64_t tokens = TOKENS[t], hidden = HIDDEN[h];
+                int b = i % 6, l = (i / 6 + i) % 3, o = i / 6 % 2;
+                int bm = BLOCKS[b][0], bk = BLOCKS[b][1] ? BLOCKS[b][1] : (int)hidden;
+                ref_sf_shape shape;
+                cr_assert(ref_sf_shape_of(tokens, hidden, bm, bk, LAYOUTS[l], &shape));
+                size_t packed_bytes = (size_t)tokens * (size_t)hidden / 2;
+                if (bm == 1) {
+                    /* data and scales from the per-token cast, as TileKernels' tests */
+                    ref_quant_input in = {s.input, TK_BF16, MAX_STRIDE, NULL, 0, 0, 0};
+                    cr_assert(ref_per_token_quant(&in, tokens, hidden, bk, TK_E2M1,
+                                                  LAYOUTS[l] != TK_SF_COL_MAJOR, LAYOUTS[l],
+                                                  NULL, data, sf));
+                } else {
+                    for (size_t j = 0; j < packed_bytes; j++)
+                        data[j] = (uint8_t)(ref_rng_next(&(ref_rng){j * 7 + 3}) >> 40);
+                    random_scales(sf, &shape, LAYOUTS[l] == TK_SF_PACKED_UE8M0, 99 + h);
                 }
-        }
-    cr_log_info("cast_back e2m1: %d cases in %.1f s", s.cases, now_seconds() - start);
+                /* exactly the bytes each buffer holds (device_data has
+                 * data_bytes, room for 8001 x 7168 and no more) */
+                upload(device_data, data, packed_bytes);
+                upload(s.device_aux, sf, shape.bytes);
+                tk_dtype out_dtype = o ? TK_F32 : TK_BF16;
+                char what[200];
+                snprintf(what, sizeof what, "cast_back e2m1->%s T=%ld H=%ld block=%dx%d sf=%s",
+                         dtype_name(out_dtype), (long)tokens, (long)hidden, bm, bk,
+                         layout_name(LAYOUTS[l]));
+                tk_tensor sf_desc;
+                check_status(tk_sf_desc(tokens, hidden, bm, bk, LAYOUTS[l], &sf_desc, NULL),
+                             "tk_sf_desc");
+                sf_desc.data = (void *)(uintptr_t)s.device_aux;
+                tk_tensor x = tensor2(device_data, TK_I8, tokens, hidden / 2, hidden / 2, 1);
+                size_t out_size = tk_dtype_size(out_dtype);
+                size_t out_bytes = (size_t)(tokens * hidden) * out_size;
+                tk_tensor out = tensor2(s.device_output, out_dtype, tokens, hidden, hidden, 1);
+                poison(s.device_output, out_bytes);
+                tk_status status = bm == 1 ? tk_per_token_cast_back(&x, &sf_desc, bk, &out, NULL)
+                                           : tk_cast_back(&x, &sf_desc, bm, bk, &out, NULL);
+                check_status(status, what);
+                download(s.got, s.device_output, out_bytes, what);
+                cr_assert(ref_cast_back_e2m1(data, tokens, hidden, sf, LAYOUTS[l], bm, bk,
+                                             out_dtype, s.want));
+                expect_equal(s.got, s.want, out_bytes, hidden * (int64_t)out_size, what);
+                s.cases++;
+            }
+    summary("cast_back e2m1", s.cases, start);
     CU(cuMemFree(device_data));
     free(data);
     free(sf);

@@ -11,20 +11,27 @@
  *   - outputs and SF buffers are poisoned (0xFF) before every launch and
  *     TAIL_BYTES past their end must stay poisoned; the column-major SF
  *     padding (not written by contract) must stay poisoned too;
- *   - reduce_fused's x has N = T * K rows as in TileKernels' test, only
- *     the routed rows hold data, the others are NaN patterns, so a read of
- *     a wrong row shows;
- *   - the sweep: the base moe params (top-k 2/6/8/9; 72 or 256 experts over
- *     8 or 64 ranks) at every hidden size (576 ... 7168; multiples of 256
- *     for reduce_fused), every dtype and option; reduce_fused's
- *     (weights, x_sf) pair rotates over the four combinations from case to
- *     case so that each combination meets every shape class, and the full
- *     product runs at one shape.  The pressure-mode params (top-k 1 and 7,
- *     288 / 384 experts, 1 / 72 / 256 ranks, zero tokens) run at one hidden
- *     size each, rotating; TK_FULL_TEST=1 runs them at every size.
+ *   - reduce_fused's x has N = T * K rows as in TileKernels' test (only
+ *     the routed ones where that would pass 2 GiB), only the routed rows
+ *     hold data, the others are NaN patterns, so a read of a wrong row
+ *     shows;
+ *   - the sweep is sized to finish in well under 90 s on a shared 16-core
+ *     host (the full product moved ~400 GB through it): each of the 12
+ *     base moe params (top-k 2/6/8/9; 72 or 256 experts over 8 or 64
+ *     ranks) runs both kernels at one hidden size, rotating so that every
+ *     size of 576 ... 7168 (multiples of 256 for reduce_fused) meets every
+ *     dtype, while the dtype, with_sf option and (weights, x_sf) options
+ *     rotate over the routings; TileKernels' benchmark shape (top-8, 256
+ *     experts, 8 ranks, 7168) runs its benchmarked configurations;
+ *     reduce_fused's whole option product, e4m3 inputs and padded rows
+ *     run at one shape; the 66 pressure-mode params (top-k 1 and 7, 288 /
+ *     384 experts, 1 / 72 / 256 ranks) alternate between the two kernels
+ *     at small hidden sizes, and zero tokens run for both;
  *   - strided inputs (rows padded to a 16-byte multiple, and odd strides
  *     for the element-wise instances), and each entry point once inside a
- *     captured CUDA graph.
+ *     captured CUDA graph;
+ *   - nothing is printed per case; a report hook writes one line with the
+ *     sweep's size and the test counts.
  * TK_TEST_SEED changes the inputs; TK_REF_THREADS the reference threads.
  */
 #include <criterion/criterion.h>
@@ -32,7 +39,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "moe_fused.h"
 #include "reference.h"
@@ -52,17 +58,6 @@ static const int64_t HIDDEN[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
 static uint64_t test_seed(void) {
     const char *env = getenv("TK_TEST_SEED");
     return env ? strtoull(env, NULL, 0) : 0;
-}
-
-static bool full_test(void) {
-    const char *env = getenv("TK_FULL_TEST");
-    return env && (!strcmp(env, "1") || !strcmp(env, "true") || !strcmp(env, "True"));
-}
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static const tk__driver_api *cu;
@@ -226,10 +221,162 @@ static tk_tensor routing_experts(const routing *r) {
     return tensor(r->pos_to_expert, TK_I32, 1, r->map.expanded, 0, 1, 0);
 }
 
+/* ---- fast test data ------------------------------------------------------------- */
+
+/* The sweep moves tens of gigabytes through the host, so the inputs are
+ * made at memory speed instead of with the references' per-element RNG
+ * (ref_fill_rand_float took ~30 ns per element, most of the old run):
+ * expansion moves bits, so its x is splitmix64 output; reduce_fused needs
+ * finite floats, so each row reads a pool of 2^20 normals along its own
+ * (start, odd step) walk -- rows differ with overwhelming probability, so
+ * a kernel that reads a wrong row still shows. */
+#define POOL_SIZE (1 << 20)
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct fill_job {
+    unsigned char *data;
+    size_t row_bytes;   /* bytes per row (fill_bits) or elements (fill_pool) */
+    uint64_t seed;
+    tk_dtype dtype;
+    const void *pool;   /* POOL_SIZE elements of dtype */
+} fill_job;
+
+static void fill_bits_rows(void *context, int64_t begin, int64_t end) {
+    const fill_job *job = context;
+    for (int64_t r = begin; r < end; r++) {
+        uint64_t state = job->seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull);
+        unsigned char *row = job->data + (size_t)r * job->row_bytes;
+        for (size_t i = 0; i < job->row_bytes; i += 8) {
+            uint64_t word = splitmix64(&state);
+            memcpy(row + i, &word, job->row_bytes - i < 8 ? job->row_bytes - i : 8);
+        }
+    }
+}
+
+/* rows x row_bytes random bytes. */
+static void fill_bits(void *data, int64_t rows, size_t row_bytes, uint64_t seed) {
+    fill_job job = {data, row_bytes, seed, TK_U8, NULL};
+    ref_parallel_for(rows, 64, fill_bits_rows, &job);
+}
+
+static void fill_pool_rows(void *context, int64_t begin, int64_t end) {
+    const fill_job *job = context;
+    size_t size = tk_dtype_size(job->dtype), columns = job->row_bytes;
+    for (int64_t r = begin; r < end; r++) {
+        uint64_t state = job->seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull);
+        uint64_t start = splitmix64(&state), step = splitmix64(&state) | 1;
+        unsigned char *row = job->data + (size_t)r * columns * size;
+        const unsigned char *pool = job->pool;
+        for (size_t h = 0; h < columns; h++)
+            memcpy(row + h * size, pool + ((start + h * step) & (POOL_SIZE - 1)) * size, size);
+    }
+}
+
+/* rows x columns finite values of dtype (f32 / bf16 normals, or finite
+ * non-zero e4m3 codes), drawn from a pool made with the references' RNG. */
+static void fill_values(void *data, tk_dtype dtype, int64_t rows, int64_t columns,
+                        uint64_t seed) {
+    void *pool = host_alloc((size_t)POOL_SIZE * 4);
+    if (dtype == TK_E4M3)
+        ref_fill_rand_e4m3(pool, POOL_SIZE, seed);
+    else
+        ref_fill_rand_float(pool, dtype, 1024, POOL_SIZE / 1024, 0, 0, seed);
+    fill_job job = {data, (size_t)columns, seed + 1, dtype, pool};
+    ref_parallel_for(rows, 64, fill_pool_rows, &job);
+    free(pool);
+}
+
 /* ---- expand_to_fused ----------------------------------------------------------- */
 
-/* Host and device buffers of one routing; x holds tokens rows of
- * max_stride bytes, so every (hidden, stride) view fits. */
+/* One call: tk_expand_to_fused of `dtype` rows (npc == 0), or
+ * tk_expand_to_fused_with_sf of e4m3 rows with npc/layout scales. */
+typedef struct expand_spec {
+    tk_dtype dtype;
+    int64_t hidden, stride; /* elements */
+    int npc;
+    tk_sf_layout layout;
+} expand_spec;
+
+#define MAX_SPECS 32
+
+/* TileKernels' with_sf options, (npc) x ((row, f32), (col, packed)), and
+ * the column-major f32 layout libtk also writes. */
+static const struct {
+    int npc;
+    tk_sf_layout layout;
+} SF_OPTIONS[] = {{32, TK_SF_ROW_MAJOR},
+                  {32, TK_SF_PACKED_UE8M0},
+                  {128, TK_SF_ROW_MAJOR},
+                  {128, TK_SF_PACKED_UE8M0},
+                  {128, TK_SF_COL_MAJOR}};
+#define NUM_SF_OPTIONS 5
+
+static expand_spec plain(tk_dtype dtype, int64_t hidden, int64_t stride) {
+    return (expand_spec){dtype, hidden, stride, 0, TK_SF_ROW_MAJOR};
+}
+
+static expand_spec with_sf(int64_t hidden, int64_t stride, int option) {
+    option %= NUM_SF_OPTIONS;
+    return (expand_spec){TK_E4M3, hidden, stride, SF_OPTIONS[option].npc,
+                         SF_OPTIONS[option].layout};
+}
+
+/* Base routing i: one hidden size (rotating), bf16, one with_sf option
+ * (rotating) and one extra (rotating): e4m3 and f32 rows, padded bf16
+ * rows, padded e4m3 rows with scales. */
+static int expand_base_plan(int i, expand_spec *specs) {
+    int64_t h = HIDDEN[i % NUM_HIDDEN];
+    int n = 0;
+    specs[n++] = plain(TK_BF16, h, h);
+    specs[n++] = with_sf(h, h, i);
+    switch (i % 4) {
+    case 0: specs[n++] = plain(TK_E4M3, h, h); break;
+    case 1: specs[n++] = plain(TK_F32, h, h); break;
+    case 2: specs[n++] = plain(TK_BF16, h, h + 64); break;
+    default: specs[n++] = with_sf(h, h + 16, i + 2); break;
+    }
+    return n;
+}
+
+/* TileKernels' benchmark shape (top-8, 256 experts, 8 ranks, 7168): the
+ * bf16 expansion and the two with_sf forms the benchmark times. */
+static int expand_anchor_plan(expand_spec *specs) {
+    specs[0] = plain(TK_BF16, 7168, 7168);
+    specs[1] = with_sf(7168, 7168, 2);
+    specs[2] = with_sf(7168, 7168, 3);
+    return 3;
+}
+
+/* Pressure routing j (the even-numbered pressure params): one call at a
+ * small hidden size, bf16 and the with_sf options alternating. */
+static int expand_pressure_plan(int j, expand_spec *specs) {
+    int64_t h = HIDDEN[j % 3];
+    specs[0] = j % 2 ? with_sf(h, h, j / 2) : plain(TK_BF16, h, h);
+    return 1;
+}
+
+/* Rows that are not 16-byte multiples: the element-wise instances. */
+static int expand_elementwise_plan(expand_spec *specs) {
+    int n = 0;
+    specs[n++] = plain(TK_BF16, 2050, 2050);
+    specs[n++] = plain(TK_BF16, 1000, 1003);
+    specs[n++] = plain(TK_F32, 1001, 1001);
+    specs[n++] = plain(TK_I8, 1001, 1001);
+    specs[n++] = plain(TK_E4M3, 7168, 7169);
+    specs[n++] = with_sf(1000, 1000, 0);
+    specs[n++] = with_sf(7168, 7169, 3);
+    specs[n++] = with_sf(2050, 2051, 4);
+    return n;
+}
+
+/* Host and device buffers of one routing, sized for its specs: x holds
+ * tokens rows of max_stride bytes, so every (hidden, stride) view fits. */
 typedef struct expand_state {
     routing r;
     size_t max_stride;
@@ -237,29 +384,40 @@ typedef struct expand_state {
     uint32_t *x_sf, *got_sf, *want_sf;
     CUdeviceptr device_x, device_out, device_x_sf, device_out_sf;
     size_t out_capacity, sf_capacity;
-    int cases;
+    int64_t sf_words; /* scale words per token row in x_sf */
 } expand_state;
 
-static void expand_begin(expand_state *s, const ref_moe_params *params, uint64_t seed) {
+static void expand_begin(expand_state *s, const ref_moe_params *params, uint64_t seed,
+                         const expand_spec *specs, int count) {
     memset(s, 0, sizeof *s);
     routing_begin(&s->r, params, 16, seed);
-    s->max_stride = (MAX_HIDDEN + 64) * 4; /* f32 rows with 64 columns of padding */
+    size_t max_row = 0;
+    int64_t words = 1;
+    for (int i = 0; i < count; i++) {
+        size_t size = tk_dtype_size(specs[i].dtype);
+        if ((size_t)specs[i].stride * size > s->max_stride)
+            s->max_stride = (size_t)specs[i].stride * size;
+        if ((size_t)specs[i].hidden * size > max_row)
+            max_row = (size_t)specs[i].hidden * size;
+        if (specs[i].npc) {
+            int64_t w = ref_expand_sf_words(specs[i].hidden, specs[i].npc, specs[i].layout);
+            words = w > words ? w : words;
+        }
+    }
     size_t x_bytes = (size_t)s->r.tokens * s->max_stride;
     s->x = host_alloc(x_bytes);
-    ref_fill_rand_e4m3(s->x, (int64_t)x_bytes, seed + 1);
+    fill_bits(s->x, s->r.tokens, s->max_stride, seed + 1);
     s->device_x = device_alloc(x_bytes);
     upload(s->device_x, s->x, x_bytes);
-    s->out_capacity = (size_t)s->r.map.expanded * MAX_HIDDEN * 4;
+    s->out_capacity = (size_t)s->r.map.expanded * max_row;
     s->got = host_alloc(s->out_capacity + TAIL_BYTES);
     s->want = host_alloc(s->out_capacity);
     s->device_out = device_alloc(s->out_capacity + TAIL_BYTES);
-    /* scales: at most 7168 / 32 words per row, column-major padded */
-    int64_t words = MAX_HIDDEN / 32;
+    /* scales: column-major buffers pad the rows to a multiple of 4 */
+    s->sf_words = words;
     s->sf_capacity = (size_t)((s->r.map.expanded + 3) / 4 * 4) * (size_t)words * 4;
     s->x_sf = host_alloc((size_t)(s->r.tokens * words) * 4);
-    ref_rng rng = ref_rng_seed(seed + 2, 0);
-    for (int64_t i = 0; i < s->r.tokens * words; i++)
-        s->x_sf[i] = (uint32_t)ref_rng_next(&rng);
+    fill_bits(s->x_sf, s->r.tokens, (size_t)words * 4, seed + 2);
     s->device_x_sf = device_alloc((size_t)(s->r.tokens * words) * 4);
     s->got_sf = host_alloc(s->sf_capacity + TAIL_BYTES);
     s->want_sf = host_alloc(s->sf_capacity);
@@ -300,6 +458,7 @@ static void expand_case(expand_state *s, tk_dtype dtype, int64_t hidden, int64_t
     snprintf(what, sizeof what, "expand_to_fused %s H=%ld stride=%ld %s", dtype_name(dtype),
              (long)hidden, (long)stride, s->r.label);
     size_t out_bytes = (size_t)n * row_bytes;
+    cr_assert(out_bytes <= s->out_capacity && (size_t)stride * size <= s->max_stride);
     CU(cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
     tk_tensor x = tensor(s->device_x, dtype, 2, s->r.tokens, hidden, stride, 1);
     tk_tensor out = tensor(s->device_out, dtype, 2, n, hidden, hidden, 1);
@@ -311,7 +470,6 @@ static void expand_case(expand_state *s, tk_dtype dtype, int64_t hidden, int64_t
                         s->r.map.token_topk_to_pos, s->r.params.topk, s->r.map.pos_to_expert, n,
                         s->want);
     expect_equal(s->got, s->want, n, row_bytes, size, what);
-    s->cases++;
 }
 
 /* tk_expand_to_fused_with_sf with e4m3 data (T, hidden), row stride
@@ -324,6 +482,8 @@ static void expand_sf_case(expand_state *s, int64_t hidden, int64_t stride, int 
     char what[220];
     snprintf(what, sizeof what, "expand_to_fused_with_sf e4m3 H=%ld stride=%ld npc=%d sf=%s %s",
              (long)hidden, (long)stride, npc, layout_names[layout], s->r.label);
+    cr_assert(words <= s->sf_words && (size_t)stride <= s->max_stride);
+    /* x_sf is (tokens, words) contiguous: the first tokens * words words */
     upload(s->device_x_sf, s->x_sf, (size_t)(tokens * words) * 4);
     tk_tensor out_sf;
     size_t sf_bytes = 0;
@@ -331,6 +491,7 @@ static void expand_sf_case(expand_state *s, int64_t hidden, int64_t stride, int 
     cr_assert(sf_bytes <= s->sf_capacity);
     out_sf.data = (void *)(uintptr_t)s->device_out_sf;
     size_t out_bytes = (size_t)(n * hidden);
+    cr_assert(out_bytes <= s->out_capacity);
     CU(cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
     CU(cuMemsetD8(s->device_out_sf, POISON, sf_bytes + TAIL_BYTES));
     tk_tensor x = tensor(s->device_x, TK_E4M3, 2, tokens, hidden, stride, 1);
@@ -353,65 +514,72 @@ static void expand_sf_case(expand_state *s, int64_t hidden, int64_t stride, int 
     ref_expand_sf(s->x_sf, tokens, words, s->r.map.token_topk_to_pos, s->r.params.topk,
                   s->r.map.pos_to_expert, n, layout, s->want_sf);
     expect_equal(s->got_sf, s->want_sf, 1, sf_bytes, 4, what);
-    s->cases++;
 }
 
-static const tk_sf_layout TK_LAYOUTS[] = {TK_SF_ROW_MAJOR, TK_SF_PACKED_UE8M0, TK_SF_COL_MAJOR};
-
-/* Every case of one routing: TileKernels' bf16 sweep (plus every element
- * size and strides), and the with_sf sweep (npc 32/128 with the (row f32)
- * and (col packed) pairs, plus col f32). */
-static void expand_routing(const ref_moe_params *params, uint64_t seed, int hidden_from,
-                           int hidden_to, bool extras) {
+/* Draws one routing and runs its specs. */
+static void expand_routing(const ref_moe_params *params, uint64_t seed, const expand_spec *specs,
+                           int count) {
     expand_state s;
-    double start = now_seconds();
-    expand_begin(&s, params, seed);
-    for (int h = hidden_from; h < hidden_to; h++) {
-        int64_t hidden = HIDDEN[h];
-        expand_case(&s, TK_BF16, hidden, hidden, NULL);
-        for (int n = 0; n < 2; n++)
-            for (int l = 0; l < 2; l++)
-                expand_sf_case(&s, hidden, hidden, n ? 128 : 32, TK_LAYOUTS[l], NULL);
-        if (!extras)
-            continue;
-        expand_case(&s, TK_E4M3, hidden, hidden, NULL);
-        expand_case(&s, TK_F32, hidden, hidden, NULL);
-        expand_case(&s, TK_BF16, hidden, hidden + 64, NULL);      /* vec, padded rows */
-        expand_sf_case(&s, hidden, hidden, 128, TK_SF_COL_MAJOR, NULL);
+    expand_begin(&s, params, seed, specs, count);
+    for (int i = 0; i < count; i++) {
+        if (specs[i].npc)
+            expand_sf_case(&s, specs[i].hidden, specs[i].stride, specs[i].npc, specs[i].layout,
+                           NULL);
+        else
+            expand_case(&s, specs[i].dtype, specs[i].hidden, specs[i].stride, NULL);
     }
-    if (extras) {
-        /* rows that are not 16-byte multiples: the element-wise instances */
-        expand_case(&s, TK_BF16, 2050, 2050, NULL);
-        expand_case(&s, TK_BF16, 1000, 1003, NULL);
-        expand_case(&s, TK_F32, 1001, 1001, NULL);
-        expand_case(&s, TK_I8, 1001, 1001, NULL);
-        expand_case(&s, TK_E4M3, 7168, 7169, NULL);
-        expand_sf_case(&s, 1000, 1000, 32, TK_SF_ROW_MAJOR, NULL);
-        expand_sf_case(&s, 7168, 7169, 128, TK_SF_PACKED_UE8M0, NULL);
-    }
-    cr_log_info("expand %s: %d cases in %.1f s", s.r.label, s.cases, now_seconds() - start);
     expand_end(&s);
 }
 
-static void expand_base(int first, int step) {
+/* generate_moe_params' base entry (top-k, total experts, ranks). */
+static ref_moe_params base_params(int topk, int total, int ranks) {
+    ref_moe_params params[128];
+    int count = moe_params(params, false);
+    for (int i = 0; i < count; i++)
+        if (params[i].topk == topk && params[i].total_experts == total &&
+            params[i].ep_ranks == ranks)
+            return params[i];
+    cr_assert_fail("no base moe params (%d, %d, %d)", topk, total, ranks);
+    return params[0];
+}
+
+Test(expand_to_fused, base_params, .timeout = 600) {
     gpu_begin();
     ref_moe_params params[128];
     int count = moe_params(params, false);
-    for (int i = first; i < count; i += step)
-        expand_routing(&params[i], test_seed() + 100 + (uint64_t)i, 0, NUM_HIDDEN, i < 3);
+    for (int i = 0; i < count; i++) {
+        expand_spec specs[MAX_SPECS];
+        int n = expand_base_plan(i, specs);
+        expand_routing(&params[i], test_seed() + 100 + (uint64_t)i, specs, n);
+    }
 }
 
-Test(expand_to_fused, base_sweep_0, .timeout = 1800) { expand_base(0, 2); }
-Test(expand_to_fused, base_sweep_1, .timeout = 1800) { expand_base(1, 2); }
+Test(expand_to_fused, anchor_shape, .timeout = 600) {
+    gpu_begin();
+    ref_moe_params params = base_params(8, 256, 8);
+    expand_spec specs[MAX_SPECS];
+    int n = expand_anchor_plan(specs);
+    expand_routing(&params, test_seed() + 150, specs, n);
+}
 
-Test(expand_to_fused, pressure_params, .timeout = 1800) {
+Test(expand_to_fused, elementwise_rows, .timeout = 600) {
+    gpu_begin();
+    ref_moe_params params = base_params(2, 72, 8);
+    expand_spec specs[MAX_SPECS];
+    int n = expand_elementwise_plan(specs);
+    expand_routing(&params, test_seed() + 160, specs, n);
+}
+
+/* The pressure-mode params are split between the two kernels: the
+ * even-numbered ones run here, the odd-numbered ones in reduce_fused. */
+Test(expand_to_fused, pressure_params, .timeout = 600) {
     gpu_begin();
     ref_moe_params params[128];
     int count = moe_params(params, true);
-    for (int i = 0; i < count; i++) {
-        int h = i % NUM_HIDDEN;
-        expand_routing(&params[i], test_seed() + 200 + (uint64_t)i, full_test() ? 0 : h,
-                       full_test() ? NUM_HIDDEN : h + 1, false);
+    for (int i = 0; i < count; i += 2) {
+        expand_spec specs[MAX_SPECS];
+        int n = expand_pressure_plan(i / 2, specs);
+        expand_routing(&params[i], test_seed() + 200 + (uint64_t)i, specs, n);
     }
 }
 
@@ -442,31 +610,104 @@ Test(expand_to_fused, zero_tokens, .timeout = 600) {
 
 /* ---- reduce_fused ---------------------------------------------------------------- */
 
+/* One call; flags: 1 topk_weights, 2 x_sf (row scales), 4 sf (output
+ * scale, e4m3 outputs only). */
+typedef struct reduce_spec {
+    tk_dtype in, out;
+    int64_t hidden, stride;
+    int flags;
+} reduce_spec;
+
+enum { WITH_WEIGHTS = 1, WITH_X_SF = 2, WITH_SF = 4 };
+
+/* An e4m3 output takes the output scale, as TileKernels' test passes it. */
+static reduce_spec reduce_call(tk_dtype in, tk_dtype out, int64_t hidden, int flags) {
+    return (reduce_spec){in, out, hidden, hidden, (flags & 3) | (out == TK_E4M3 ? WITH_SF : 0)};
+}
+
+/* Base routing i: f32 inputs on even i, bf16 on odd; one hidden size
+ * (every size for each input dtype over the 12 routings); the input-dtype
+ * and the e4m3 output, (weights, x_sf) rotating so that each input dtype
+ * meets all four combinations with both outputs. */
+static int reduce_base_plan(int i, reduce_spec *specs) {
+    int j = i / 2, odd = i % 2;
+    tk_dtype in = odd ? TK_BF16 : TK_F32;
+    int64_t h = HIDDEN[REDUCE_FIRST_HIDDEN + (j + 3 * odd) % (NUM_HIDDEN - REDUCE_FIRST_HIDDEN)];
+    specs[0] = reduce_call(in, in, h, j + 2 * odd);
+    specs[1] = reduce_call(in, TK_E4M3, h, j + 1 + 2 * odd);
+    return 2;
+}
+
+/* TileKernels' benchmark shape: top-8 bf16 with weights, and the e4m3
+ * output with every option. */
+static int reduce_anchor_plan(reduce_spec *specs) {
+    specs[0] = reduce_call(TK_BF16, TK_BF16, 7168, WITH_WEIGHTS);
+    specs[1] = reduce_call(TK_BF16, TK_E4M3, 7168, WITH_WEIGHTS | WITH_X_SF);
+    return 2;
+}
+
+/* The whole option product at one shape (every token has 9 routed slots,
+ * so the kernel's slots after the first four are always exercised), e4m3
+ * inputs, an e4m3 output without output scale, and padded rows. */
+static int reduce_product_plan(reduce_spec *specs) {
+    static const tk_dtype inputs[] = {TK_F32, TK_BF16};
+    int n = 0;
+    for (int i = 0; i < 2; i++)
+        for (int o = 0; o < 2; o++)
+            for (int flags = 0; flags < 4; flags++)
+                specs[n++] = reduce_call(inputs[i], o ? TK_E4M3 : inputs[i], 2048, flags);
+    for (int flags = 0; flags < 8; flags++)
+        specs[n++] = (reduce_spec){TK_E4M3, TK_E4M3, 4096, 4096, flags};
+    specs[n++] = (reduce_spec){TK_BF16, TK_E4M3, 2048, 2048, WITH_WEIGHTS};
+    specs[n++] = (reduce_spec){TK_BF16, TK_BF16, 2560, 2560 + 64, WITH_WEIGHTS | WITH_X_SF};
+    specs[n++] = (reduce_spec){TK_F32, TK_E4M3, 2560, 2560 + 64, WITH_WEIGHTS | WITH_SF};
+    return n;
+}
+
+/* Pressure routing j (the odd-numbered pressure params): one call at
+ * 2048 / 2560 / 3072, input dtype, output and options rotating. */
+static int reduce_pressure_plan(int j, reduce_spec *specs) {
+    tk_dtype in = j % 2 ? TK_BF16 : TK_F32;
+    specs[0] = reduce_call(in, (j / 2) % 2 ? TK_E4M3 : in,
+                           HIDDEN[REDUCE_FIRST_HIDDEN + j % 3], j / 4);
+    return 1;
+}
+
 typedef struct reduce_state {
     routing r;
-    int64_t rows;           /* N: x's rows, T * K when int32 offsets allow */
+    int64_t rows;           /* N: x's rows, T * K where the buffer allows */
     int64_t routed;         /* rows that hold data: positions < routed    */
-    void *x;                /* routed rows of the current dtype, hidden wide */
+    size_t x_capacity;      /* bytes of device_x                          */
+    void *x;                /* routed rows of the current dtype and stride */
     float *weights, *x_sf, sf;
     unsigned char *got, *want;
     CUdeviceptr device_x, device_weights, device_x_sf, device_sf, device_out;
     tk_dtype x_dtype;
-    int64_t x_hidden, x_stride; /* what device_x holds now */
-    int cases;
+    int64_t x_stride; /* what device_x holds now */
 } reduce_state;
 
-static void reduce_begin(reduce_state *s, const ref_moe_params *params, uint64_t seed) {
+static void reduce_begin(reduce_state *s, const ref_moe_params *params, uint64_t seed,
+                         const reduce_spec *specs, int count) {
     memset(s, 0, sizeof *s);
     routing_begin(&s->r, params, 1, seed);
     int64_t topk = params->topk;
+    size_t max_row = 0, max_out = 0;
+    for (int i = 0; i < count; i++) {
+        size_t row = (size_t)specs[i].stride * tk_dtype_size(specs[i].in);
+        size_t out = (size_t)specs[i].hidden * tk_dtype_size(specs[i].out);
+        max_row = row > max_row ? row : max_row;
+        max_out = out > max_out ? out : max_out;
+    }
     s->routed = s->r.map.routed;
+    /* TileKernels' x has T * K rows, the unrouted ones NaN patterns here;
+     * beyond 2 GiB (the largest routings at 7168) only the routed rows,
+     * which are all any position names either way */
     s->rows = s->r.tokens * topk;
-    /* 64 columns of row padding for the strided cases */
-    if (s->rows * (MAX_HIDDEN + 64) > INT32_MAX)
-        s->rows = s->routed; /* positions stay below routed either way */
-    size_t x_bytes = (size_t)s->rows * (MAX_HIDDEN + 64) * 4;
-    s->device_x = device_alloc(x_bytes);
-    s->x = host_alloc((size_t)s->routed * (MAX_HIDDEN + 64) * 4);
+    if ((size_t)s->rows * max_row > ((size_t)2 << 30))
+        s->rows = s->routed;
+    s->x_capacity = (size_t)s->rows * max_row;
+    s->device_x = device_alloc(s->x_capacity);
+    s->x = host_alloc((size_t)s->routed * max_row);
     s->weights = host_alloc((size_t)(s->r.tokens * topk) * sizeof(float));
     s->x_sf = host_alloc((size_t)s->rows * sizeof(float));
     ref_rng rng = ref_rng_seed(seed + 3, 0);
@@ -481,7 +722,7 @@ static void reduce_begin(reduce_state *s, const ref_moe_params *params, uint64_t
     upload(s->device_x_sf, s->x_sf, (size_t)s->rows * sizeof(float));
     s->device_sf = device_alloc(sizeof(float));
     upload(s->device_sf, &s->sf, sizeof(float));
-    size_t out_bytes = (size_t)s->r.tokens * MAX_HIDDEN * 4;
+    size_t out_bytes = (size_t)s->r.tokens * max_out;
     s->got = host_alloc(out_bytes + TAIL_BYTES);
     s->want = host_alloc(out_bytes);
     s->device_out = device_alloc(out_bytes + TAIL_BYTES);
@@ -501,120 +742,100 @@ static void reduce_end(reduce_state *s) {
     routing_end(&s->r);
 }
 
-/* Fills x (rows, hidden) of dtype with row stride `stride`: routed rows
- * random (normals, or e4m3 codes), the rest NaN patterns. */
-static void reduce_input(reduce_state *s, tk_dtype dtype, int64_t hidden, int64_t stride,
-                         uint64_t seed) {
-    if (s->x_dtype == dtype && s->x_hidden == hidden && s->x_stride == stride)
+/* Fills x (rows, stride) of dtype: routed rows with finite values, the
+ * rest NaN patterns (0xFF bytes).  A fill serves every hidden size up to
+ * the stride, so it is redone only when the dtype or the stride changes. */
+static void reduce_input(reduce_state *s, tk_dtype dtype, int64_t stride, uint64_t seed) {
+    if (s->x_dtype == dtype && s->x_stride == stride)
         return;
     size_t size = tk_dtype_size(dtype);
     size_t routed_bytes = (size_t)(s->routed * stride) * size;
-    if (dtype == TK_E4M3)
-        ref_fill_rand_e4m3(s->x, (int64_t)routed_bytes, seed);
-    else
-        ref_fill_rand_float(s->x, dtype, s->routed, stride, 0, 0, seed);
-    CU(cuMemsetD8(s->device_x, POISON, (size_t)(s->rows * stride) * size));
+    size_t x_bytes = (size_t)(s->rows * stride) * size;
+    cr_assert(x_bytes <= s->x_capacity);
+    fill_values(s->x, dtype, s->routed, stride, seed);
+    CU(cuMemsetD8(s->device_x, POISON, x_bytes));
     upload(s->device_x, s->x, routed_bytes);
     s->x_dtype = dtype;
-    s->x_hidden = hidden;
     s->x_stride = stride;
 }
 
-static void reduce_case(reduce_state *s, tk_dtype in, tk_dtype out_dtype, int64_t hidden,
-                        int64_t stride, bool with_weights, bool with_x_sf, bool with_sf,
-                        tk_stream stream) {
-    int64_t tokens = s->r.tokens;
+static void reduce_case(reduce_state *s, const reduce_spec *spec, tk_stream stream) {
+    int64_t tokens = s->r.tokens, hidden = spec->hidden, stride = spec->stride;
     int topk = s->r.params.topk;
+    bool with_weights = spec->flags & WITH_WEIGHTS, with_x_sf = spec->flags & WITH_X_SF;
+    bool with_sf = spec->flags & WITH_SF;
     char what[220];
     snprintf(what, sizeof what,
              "reduce_fused %s->%s H=%ld stride=%ld weights=%d x_sf=%d sf=%d N=%ld %s",
-             dtype_name(in), dtype_name(out_dtype), (long)hidden, (long)stride, with_weights,
-             with_x_sf, with_sf, (long)s->rows, s->r.label);
-    reduce_input(s, in, hidden, stride, test_seed() + 500 + (uint64_t)hidden + (uint64_t)in);
-    size_t out_size = tk_dtype_size(out_dtype);
+             dtype_name(spec->in), dtype_name(spec->out), (long)hidden, (long)stride,
+             with_weights, with_x_sf, with_sf, (long)s->rows, s->r.label);
+    reduce_input(s, spec->in, stride, test_seed() + 500 + (uint64_t)stride + (uint64_t)spec->in);
+    size_t out_size = tk_dtype_size(spec->out);
     size_t out_bytes = (size_t)(tokens * hidden) * out_size;
     CU(cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
-    tk_tensor x = tensor(s->device_x, in, 2, s->rows, hidden, stride, 1);
+    tk_tensor x = tensor(s->device_x, spec->in, 2, s->rows, hidden, stride, 1);
     tk_tensor weights = tensor(s->device_weights, TK_F32, 2, tokens, topk, topk, 1);
     tk_tensor x_sf = tensor(s->device_x_sf, TK_F32, 1, s->rows, 0, 1, 0);
     tk_tensor sf = tensor(s->device_sf, TK_F32, 1, 1, 0, 1, 0);
     tk_tensor positions = routing_positions(&s->r);
-    tk_tensor out = tensor(s->device_out, out_dtype, 2, tokens, hidden, hidden, 1);
+    tk_tensor out = tensor(s->device_out, spec->out, 2, tokens, hidden, hidden, 1);
     check_status(tk_reduce_fused(&x, with_x_sf ? &x_sf : NULL, with_weights ? &weights : NULL,
                                  &positions, with_sf ? &sf : NULL, &out, stream),
                  what);
     download(s->got, s->device_out, out_bytes, what);
-    cr_assert(ref_reduce_fused(s->x, in, stride, hidden, with_weights ? s->weights : NULL,
+    cr_assert(ref_reduce_fused(s->x, spec->in, stride, hidden, with_weights ? s->weights : NULL,
                                s->r.map.token_topk_to_pos, tokens, topk,
-                               with_x_sf ? s->x_sf : NULL, with_sf ? &s->sf : NULL, out_dtype,
+                               with_x_sf ? s->x_sf : NULL, with_sf ? &s->sf : NULL, spec->out,
                                s->want));
     expect_equal(s->got, s->want, tokens, (size_t)hidden * out_size, out_size, what);
-    s->cases++;
 }
 
-/* TileKernels' sweep for one routing: in f32/bf16 x out in/e4m3 at every
- * hidden size (e4m3 outputs with sf, as the original test passes it),
- * (weights, x_sf) rotating; `full` adds the whole flag product at the
- * largest size, e4m3 inputs and strided rows. */
-static void reduce_routing(const ref_moe_params *params, uint64_t seed, int hidden_from,
-                           int hidden_to, bool full) {
+static void reduce_routing(const ref_moe_params *params, uint64_t seed, const reduce_spec *specs,
+                           int count) {
     reduce_state s;
-    double start = now_seconds();
-    reduce_begin(&s, params, seed);
-    static const tk_dtype inputs[] = {TK_F32, TK_BF16};
-    int rotation = (int)(seed % 4);
-    for (int i = 0; i < 2; i++)
-        for (int h = hidden_from; h < hidden_to; h++)
-            for (int o = 0; o < 2; o++) {
-                tk_dtype out = o ? TK_E4M3 : inputs[i];
-                int flags = rotation++ % 4;
-                reduce_case(&s, inputs[i], out, HIDDEN[h], HIDDEN[h], flags & 1, flags & 2, o,
-                            NULL);
-            }
-    if (full) {
-        for (int i = 0; i < 2; i++)
-            for (int o = 0; o < 2; o++)
-                for (int flags = 0; flags < 4; flags++) {
-                    tk_dtype out = o ? TK_E4M3 : inputs[i];
-                    reduce_case(&s, inputs[i], out, MAX_HIDDEN, MAX_HIDDEN, flags & 1, flags & 2,
-                                o, NULL);
-                }
-        /* e4m3 output without an output scale */
-        reduce_case(&s, TK_BF16, TK_E4M3, 2048, 2048, true, false, false, NULL);
-        /* e4m3 input (QuantTensor with e4m3 data) */
-        for (int flags = 0; flags < 8; flags++)
-            reduce_case(&s, TK_E4M3, TK_E4M3, 4096, 4096, flags & 1, flags & 2, flags & 4, NULL);
-        /* padded rows (16-byte multiples) */
-        reduce_case(&s, TK_BF16, TK_BF16, 2560, 2560 + 64, true, true, false, NULL);
-        reduce_case(&s, TK_F32, TK_E4M3, 2560, 2560 + 64, true, false, true, NULL);
-    }
-    cr_log_info("reduce %s: %d cases in %.1f s", s.r.label, s.cases, now_seconds() - start);
+    reduce_begin(&s, params, seed, specs, count);
+    for (int i = 0; i < count; i++)
+        reduce_case(&s, &specs[i], NULL);
     reduce_end(&s);
 }
 
-static void reduce_base(int first, int step) {
+Test(reduce_fused, base_params, .timeout = 600) {
     gpu_begin();
     ref_moe_params params[128];
     int count = moe_params(params, false);
-    for (int i = first; i < count; i += step)
-        reduce_routing(&params[i], test_seed() + 300 + (uint64_t)i, REDUCE_FIRST_HIDDEN,
-                       NUM_HIDDEN, i < 2);
+    for (int i = 0; i < count; i++) {
+        reduce_spec specs[MAX_SPECS];
+        int n = reduce_base_plan(i, specs);
+        reduce_routing(&params[i], test_seed() + 300 + (uint64_t)i, specs, n);
+    }
 }
 
-Test(reduce_fused, base_sweep_0, .timeout = 1800) { reduce_base(0, 3); }
-Test(reduce_fused, base_sweep_1, .timeout = 1800) { reduce_base(1, 3); }
-Test(reduce_fused, base_sweep_2, .timeout = 1800) { reduce_base(2, 3); }
+Test(reduce_fused, anchor_shape, .timeout = 600) {
+    gpu_begin();
+    ref_moe_params params = base_params(8, 256, 8);
+    reduce_spec specs[MAX_SPECS];
+    int n = reduce_anchor_plan(specs);
+    reduce_routing(&params, test_seed() + 350, specs, n);
+}
 
-Test(reduce_fused, pressure_params, .timeout = 1800) {
+/* Pressure-mode params with one rank: every token keeps all nine slots. */
+static const ref_moe_params PRODUCT_PARAMS = {4001, 9, 72, 1};
+
+Test(reduce_fused, option_product, .timeout = 600) {
+    gpu_begin();
+    reduce_spec specs[MAX_SPECS];
+    int n = reduce_product_plan(specs);
+    reduce_routing(&PRODUCT_PARAMS, test_seed() + 360, specs, n);
+}
+
+Test(reduce_fused, pressure_params, .timeout = 600) {
     gpu_begin();
     ref_moe_params params[128];
     int count = moe_params(params, true);
-    int span = NUM_HIDDEN - REDUCE_FIRST_HIDDEN;
-    for (int i = 0; i < count; i++) {
-        int h = REDUCE_FIRST_HIDDEN + i % span;
-        reduce_routing(&params[i], test_seed() + 400 + (uint64_t)i,
-                       full_test() ? REDUCE_FIRST_HIDDEN : h, full_test() ? NUM_HIDDEN : h + 1,
-                       false);
+    for (int i = 1; i < count; i += 2) {
+        reduce_spec specs[MAX_SPECS];
+        int n = reduce_pressure_plan(i / 2, specs);
+        reduce_routing(&params[i], test_seed() + 400 + (uint64_t)i, specs, n);
     }
 }
 
@@ -630,6 +851,37 @@ Test(reduce_fused, zero_tokens, .timeout = 600) {
     unsigned char host[TAIL_BYTES + TAIL_BYTES];
     download(host, out, 0, "reduce T=0");
     device_free(&out);
+}
+
+/* ---- what ran ----------------------------------------------------------------------- */
+
+/* One line in the log: the sweep's size, from the same plans the tests
+ * run, and Criterion's counts. */
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+    ref_moe_params base[128], pressure[128];
+    int bases = moe_params(base, false), pressures = moe_params(pressure, true);
+    expand_spec e[MAX_SPECS];
+    reduce_spec r[MAX_SPECS];
+    int expand_calls = expand_anchor_plan(e) + expand_elementwise_plan(e);
+    int reduce_calls = reduce_anchor_plan(r) + reduce_product_plan(r);
+    for (int i = 0; i < bases; i++) {
+        expand_calls += expand_base_plan(i, e);
+        reduce_calls += reduce_base_plan(i, r);
+    }
+    for (int i = 0; i < pressures; i++) {
+        if (i % 2 == 0)
+            expand_calls += expand_pressure_plan(i / 2, e);
+        else
+            reduce_calls += reduce_pressure_plan(i / 2, r);
+    }
+    fprintf(stderr,
+            "test_gpu_moe_fused: %zu tests: %zu passed, %zu failed, %zu crashed, %zu skipped; "
+            "sweep: expand %d calls over %d routings, reduce %d calls over %d routings "
+            "(%d base + %d pressure moe params, hidden 576..7168, anchor top-8/256/8 x 7168), "
+            "plus T = 0 and CUDA graph tests\n",
+            stats->nb_tests, stats->tests_passed, stats->tests_failed, stats->tests_crashed,
+            stats->tests_skipped, expand_calls, bases + 2 + (pressures + 1) / 2, reduce_calls,
+            bases + 2 + pressures / 2, bases, pressures);
 }
 
 /* ---- CUDA graphs --------------------------------------------------------------------- */
@@ -659,13 +911,17 @@ static void graph_replay(graph *g) {
 
 /* Each entry point captured alone on a non-blocking stream, replayed, and
  * compared with the reference: the functions must neither synchronise nor
- * touch the legacy stream. */
+ * touch the legacy stream.  A small routing: capture does not depend on
+ * the shape. */
 Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
     gpu_begin();
-    ref_moe_params params = {4001, 8, 256, 8};
+    ref_moe_params params = base_params(2, 72, 8);
+    int topk = params.topk;
+    int64_t hidden = 7168;
+    expand_spec specs[2] = {plain(TK_BF16, hidden, hidden), with_sf(hidden, hidden, 3)};
     expand_state e;
-    expand_begin(&e, &params, test_seed() + 600);
-    int64_t n = e.r.map.expanded, tokens = e.r.tokens, hidden = 7168;
+    expand_begin(&e, &params, test_seed() + 600, specs, 2);
+    int64_t n = e.r.map.expanded, tokens = e.r.tokens;
     tk_tensor positions = routing_positions(&e.r), experts = routing_experts(&e.r);
 
     /* expand_to_fused, bf16; one eager call first loads the module, so
@@ -683,7 +939,7 @@ Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
     download(e.got, e.device_out, out_bytes, "graph expand");
     memset(e.want, POISON, out_bytes);
     ref_expand_to_fused(e.x, tokens, (size_t)hidden * 2, (size_t)hidden * 2,
-                        e.r.map.token_topk_to_pos, 8, e.r.map.pos_to_expert, n, e.want);
+                        e.r.map.token_topk_to_pos, topk, e.r.map.pos_to_expert, n, e.want);
     expect_equal(e.got, e.want, n, (size_t)hidden * 2, 2, "graph expand");
 
     /* expand_to_fused_with_sf, packed UE8M0 */
@@ -711,22 +967,23 @@ Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
     download(e.got_sf, e.device_out_sf, sf_bytes, "graph expand_with_sf");
     memset(e.want, POISON, (size_t)(n * hidden));
     ref_expand_to_fused(e.x, tokens, (size_t)hidden, (size_t)hidden, e.r.map.token_topk_to_pos,
-                        8, e.r.map.pos_to_expert, n, e.want);
+                        topk, e.r.map.pos_to_expert, n, e.want);
     expect_equal(e.got, e.want, n, (size_t)hidden, 1, "graph expand_with_sf");
     memset(e.want_sf, POISON, sf_bytes);
-    ref_expand_sf(e.x_sf, tokens, words, e.r.map.token_topk_to_pos, 8, e.r.map.pos_to_expert,
+    ref_expand_sf(e.x_sf, tokens, words, e.r.map.token_topk_to_pos, topk, e.r.map.pos_to_expert,
                   n, TK_SF_PACKED_UE8M0, e.want_sf);
     expect_equal(e.got_sf, e.want_sf, 1, sf_bytes, 4, "graph expand_with_sf sf");
     expand_end(&e);
 
     /* reduce_fused, bf16 -> e4m3 with every option */
+    reduce_spec spec = {TK_BF16, TK_E4M3, hidden, hidden, WITH_WEIGHTS | WITH_X_SF | WITH_SF};
     reduce_state r;
-    reduce_begin(&r, &params, test_seed() + 601);
-    reduce_input(&r, TK_BF16, hidden, hidden, test_seed() + 602);
+    reduce_begin(&r, &params, test_seed() + 601, &spec, 1);
+    reduce_input(&r, TK_BF16, hidden, test_seed() + 602);
     tokens = r.r.tokens;
     size_t reduce_bytes = (size_t)(tokens * hidden);
     tk_tensor rx = tensor(r.device_x, TK_BF16, 2, r.rows, hidden, hidden, 1);
-    tk_tensor weights = tensor(r.device_weights, TK_F32, 2, tokens, 8, 8, 1);
+    tk_tensor weights = tensor(r.device_weights, TK_F32, 2, tokens, topk, topk, 1);
     tk_tensor row_sf = tensor(r.device_x_sf, TK_F32, 1, r.rows, 0, 1, 0);
     tk_tensor sf = tensor(r.device_sf, TK_F32, 1, 1, 0, 1, 0);
     tk_tensor reduce_positions = routing_positions(&r.r);
@@ -741,7 +998,7 @@ Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
     graph_replay(&g);
     download(r.got, r.device_out, reduce_bytes, "graph reduce");
     cr_assert(ref_reduce_fused(r.x, TK_BF16, hidden, hidden, r.weights, r.r.map.token_topk_to_pos,
-                               tokens, 8, r.x_sf, &r.sf, TK_E4M3, r.want));
+                               tokens, topk, r.x_sf, &r.sf, TK_E4M3, r.want));
     expect_equal(r.got, r.want, tokens, (size_t)hidden, 1, "graph reduce");
     reduce_end(&r);
 }

@@ -19,10 +19,13 @@
  *     weight_grad with TileKernels' rtol = atol = 1e-4; clamp counts
  *     exactly, accumulated onto a non-zero start;
  *   - sweep: TileKernels' options (spec 6.9-6.11) rotated over the hidden
- *     sizes and MoE draws so that every option combination runs at two
- *     sizes; token count 0 and the degenerate 1-expert draw of the
- *     pressure mode included.  Designed to stay under two minutes on the
- *     16-core H200 machine.
+ *     sizes and MoE draws so that every option combination runs once with
+ *     data (forward bf16 30 + f32 6, backward 12, per-channel 28 cases,
+ *     all of TileKernels' sizes and draws); token count 0 and the
+ *     degenerate 1-expert draw of the pressure mode included; inputs are
+ *     filled only as far as the largest case reads.  Nothing is printed per
+ *     case; each test writes one summary line to stderr.  Designed to stay
+ *     well under 90 s on the 16-core H200 machine next to other binaries.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -198,13 +201,52 @@ typedef struct forward_case {
     int clamp;        /* 0 none, 1: 10.0, 2: 0.5 */
 } forward_case;
 
+/* Case n of the forward sweep: its hidden size and MoE draw.  bf16: case 0
+ * is the pressure mode's zero-token draw, then 30 cases, 5 per hidden
+ * size, every option combination once (combination 7n mod 30 spreads them
+ * over the sizes); the three small hidden sizes take the large draws
+ * (24000-36000 rows), the three large ones the small draws (4000-8000
+ * rows), which keeps every TileKernels draw and size while bounding the
+ * work.  f32: one case per hidden size on the small draws. */
+static const int64_t FWD_HALVES[] = {1024, 1280, 1536, 2048, 3072, 3584};
+static const int FWD_LARGE_DRAWS[] = {1, 2, 3, 5, 6, 7, 9};
+static const int FWD_SMALL_DRAWS[] = {0, 4, 8};
+
+static int forward_cases(bool sweep_all) { return sweep_all ? 31 : 6; }
+
+static void forward_case_shape(bool sweep_all, int n, int64_t *half, const moe_params **p) {
+    int h = sweep_all ? (n > 0 ? (n - 1) / 5 : 0) : n;
+    *half = FWD_HALVES[h];
+    if (sweep_all && n == 0)
+        *p = &MOE_EMPTY;
+    else if (sweep_all && h < 3)
+        *p = &MOE[FWD_LARGE_DRAWS[n % 7]];
+    else
+        *p = &MOE[FWD_SMALL_DRAWS[n % (sweep_all ? 3 : 2)]];
+}
+
 static void run_forward(tk_dtype dtype, bool sweep_all) {
     gpu g = gpu_begin();
     double start = now_seconds();
     size_t in_size = tk_dtype_size(dtype);
-    size_t x_bytes = (size_t)FWD_MAX_ROWS * 2 * FWD_MAX_HALF * in_size;
+    /* x is read as (rows, 2I) from its start: fill what the largest case reads */
+    int64_t x_elements = 2;
+    for (int n = 0; n < forward_cases(sweep_all); n++) {
+        int64_t half;
+        const moe_params *p;
+        forward_case_shape(sweep_all, n, &half, &p);
+        ref_swiglu_mapping m;
+        make_mapping(p, 16, &m);
+        cr_assert(m.rows <= FWD_MAX_ROWS, "draw too large: %ld rows", (long)m.rows);
+        if (m.rows * 2 * half > x_elements)
+            x_elements = m.rows * 2 * half;
+        ref_swiglu_free_mapping(&m);
+    }
+    /* filled as rows of 7168 normals (one row per reference work item) */
+    int64_t fill_rows = (x_elements + 7167) / 7168;
+    size_t x_bytes = (size_t)fill_rows * 7168 * in_size;
     void *x = host_alloc(x_bytes);
-    ref_fill_rand_float(x, dtype, FWD_MAX_ROWS, 2 * FWD_MAX_HALF, 0, 0, test_seed() + 11);
+    ref_fill_rand_float(x, dtype, fill_rows, 7168, 0, 0, test_seed() + 11);
     CUdeviceptr d_x = device_alloc(&g, x_bytes);
     size_t out_bytes = (size_t)FWD_MAX_ROWS * FWD_MAX_HALF;
     size_t sf_max = (size_t)FWD_MAX_ROWS * (FWD_MAX_HALF / 128) * 4 + 64;
@@ -221,7 +263,6 @@ static void run_forward(tk_dtype dtype, bool sweep_all) {
         element_exp = host_alloc(out_bytes * 4);
         argument = host_alloc(out_bytes * 4);
     }
-    static const int64_t halves[] = {1024, 1280, 1536, 2048, 3072, 3584};
     /* every valid option combination (spec 6.9 tests): 30 */
     forward_case combos[32];
     int ncombos = 0;
@@ -234,29 +275,27 @@ static void run_forward(tk_dtype dtype, bool sweep_all) {
                             continue; /* excluded by TileKernels' test */
                         combos[ncombos++] = (forward_case){npc, packed, mask, weights, clamp};
                     }
-    int cases = 0;
-    /* bf16: each combination at two (hidden, draw) points; f32: a few */
-    int per_half = sweep_all ? (2 * ncombos + 5) / 6 : 2;
-    for (int h = 0; h < 6; h++)
-        for (int i = 0; i < per_half; i++) {
-            int index = (h * per_half + i) % ncombos;
-            forward_case c = combos[index];
-            int64_t half = halves[h];
-            const moe_params *p = (h == 0 && i == 0) ? &MOE_EMPTY
-                                                     : &MOE[(h * per_half + i) % NUM_MOE];
-            if (!sweep_all)
-                p = &MOE[(h + i) % 2 == 0 ? 0 : 4]; /* small draws for f32 */
+    cr_assert_eq(ncombos, 30);
+    int cases = 0, packed_cases = 0, per_row_cases = 0, counted = 0;
+    int64_t elements = 0;
+    for (int n = 0; n < forward_cases(sweep_all); n++) {
+        {
+            /* bf16: combination 7n mod 30 (7 is prime to 30: n = 1..30 run
+             * each once); f32: six combinations spread the same way */
+            forward_case c = combos[(n * (sweep_all ? 7 : 11) + (sweep_all ? 0 : 3)) % ncombos];
+            int64_t half;
+            const moe_params *p;
+            forward_case_shape(sweep_all, n, &half, &p);
             ref_swiglu_mapping m;
             make_mapping(p, 16, &m);
-            cr_assert(m.rows <= FWD_MAX_ROWS, "draw too large: %ld rows", (long)m.rows);
             int64_t rows = m.rows, width = 2 * half;
             int npc = c.npc_is_half ? (int)half : 128;
             /* beyond TileKernels' (F,T,F) / (T,T,T): every third f32-SF case
              * unrounded, every other npc-128 one column-major */
             tk_sf_layout layout = c.packed ? TK_SF_PACKED_UE8M0
-                                  : (!c.npc_is_half && (h + i) % 2) ? TK_SF_COL_MAJOR
-                                                                    : TK_SF_ROW_MAJOR;
-            bool round_sf = c.packed || (h * per_half + i) % 3 != 1;
+                                  : (!c.npc_is_half && n % 2) ? TK_SF_COL_MAJOR
+                                                              : TK_SF_ROW_MAJOR;
+            bool round_sf = c.packed || n % 3 != 1;
             float clamp = c.clamp == 1 ? 10.0f : 0.5f;
             bool count = c.clamp && !c.npc_is_half;
             char what[200];
@@ -347,9 +386,16 @@ static void run_forward(tk_dtype dtype, bool sweep_all) {
             free(weights);
             ref_swiglu_free_mapping(&m);
             cases++;
+            packed_cases += c.packed;
+            per_row_cases += c.npc_is_half;
+            counted += count;
+            elements += rows * half;
         }
-    cr_log_info("swiglu_forward %s: %d cases in %.1f s", dtype == TK_BF16 ? "bf16" : "f32", cases,
-                now_seconds() - start);
+    }
+    fprintf(stderr, "test_gpu_swiglu: swiglu_forward %s: %d cases (%d packed, %d npc=I, %d "
+            "counting), %.1f M elements, I 1024..3584, in %.1f s\n",
+            dtype == TK_BF16 ? "bf16" : "f32", cases, packed_cases, per_row_cases, counted,
+            (double)elements * 1e-6, now_seconds() - start);
     free(x), free(got), free(want), free(got_sf), free(want_sf), free(table);
     free(element_exp), free(argument);
     CUdeviceptr buffers[] = {d_x, d_out, d_sf, d_map, d_weights, d_counts};
@@ -365,16 +411,45 @@ Test(swiglu_forward, f32_inputs, .timeout = 1800) { run_forward(TK_F32, false); 
 #define BWD_MAX_ROWS 40000
 #define BWD_MAX_HALF 7168
 
+/* Case n of the backward sweep.  Case 0 is the zero-token draw; cases
+ * 1..12 run each npc x round x clamp combination once, two per hidden size
+ * (both npc at each size), on the small draws (4000-8000 rows), except a
+ * large top-6 draw (24000 rows) at I = 2048: the reference costs about
+ * 20 times the forward one per element, so the large draws stay few. */
+static const int64_t BWD_HALVES[] = {2048, 2560, 3072, 4096, 6144, 7168};
+
+static void backward_case(int n, int64_t *half, int *combo, const moe_params **p) {
+    static const int small[] = {8, 4, 8, 0};
+    int k = n > 0 ? n - 1 : 0;
+    *half = BWD_HALVES[k / 2];
+    *combo = k;
+    *p = n == 0 ? &MOE_EMPTY : k == 0 ? &MOE[1] : &MOE[small[k % 4]];
+}
+
 Test(swiglu_backward, sweep, .timeout = 1800) {
     gpu g = gpu_begin();
     double start = now_seconds();
-    /* the halves TileKernels uses as I: hidden sizes multiple of 256 */
-    static const int64_t halves[] = {2048, 2560, 3072, 4096, 6144, 7168};
+    /* source and grad are read as (rows, 2I) and (rows, I) from their
+     * starts: fill what the largest case reads, as rows of 7168 normals */
+    int64_t pairs = 1;
+    for (int n = 0; n <= 12; n++) {
+        int64_t half;
+        int combo;
+        const moe_params *p;
+        backward_case(n, &half, &combo, &p);
+        ref_swiglu_mapping m;
+        make_mapping(p, combo % 2 ? 128 : 32, &m);
+        cr_assert(m.rows <= BWD_MAX_ROWS);
+        if (m.rows * half > pairs)
+            pairs = m.rows * half;
+        ref_swiglu_free_mapping(&m);
+    }
+    int64_t fill_rows = (pairs + 7167) / 7168;
     size_t x_bytes = (size_t)BWD_MAX_ROWS * 2 * BWD_MAX_HALF;
-    uint16_t *source = host_alloc(x_bytes * 2);
-    uint16_t *grad = host_alloc((size_t)BWD_MAX_ROWS * BWD_MAX_HALF * 2);
-    ref_fill_rand_float(source, TK_BF16, BWD_MAX_ROWS, 2 * BWD_MAX_HALF, 0, 0, test_seed() + 21);
-    ref_fill_rand_float(grad, TK_BF16, BWD_MAX_ROWS, BWD_MAX_HALF, 0, 0, test_seed() + 22);
+    uint16_t *source = host_alloc((size_t)fill_rows * 2 * 7168 * 2);
+    uint16_t *grad = host_alloc((size_t)fill_rows * 7168 * 2 + 2); /* uploads read 1 past */
+    ref_fill_rand_float(source, TK_BF16, 2 * fill_rows, 7168, 0, 0, test_seed() + 21);
+    ref_fill_rand_float(grad, TK_BF16, fill_rows, 7168, 0, 0, test_seed() + 22);
     uint8_t *x = host_alloc(x_bytes);
     float *x_sf = host_alloc(x_bytes / 32 * 4);
     size_t half_elems = (size_t)BWD_MAX_ROWS * BWD_MAX_HALF;
@@ -388,18 +463,18 @@ Test(swiglu_backward, sweep, .timeout = 1800) {
     unsigned char *got = host_alloc(x_bytes * 2 + TAIL_BYTES), *want = host_alloc(x_bytes * 2 + TAIL_BYTES);
     float *argument = host_alloc(half_elems * 4), *values = host_alloc(half_elems * 4);
     int cases = 0;
-    for (int h = 0; h < 6; h++)
-        for (int i = 0; i < 4; i++) {
-            int combo = (h * 4 + i) % 12; /* npc x round x clamp: each twice */
+    int64_t elements = 0;
+    for (int n = 0; n <= 12; n++) {
+        {
+            int64_t half;
+            int combo;
+            const moe_params *p;
+            backward_case(n, &half, &combo, &p);
             int npc = combo % 2 ? 128 : 32;
             bool round_sf = (combo / 2) % 2;
             int clamp_kind = combo / 4;
             float clamp = clamp_kind == 1 ? 10.0f : 0.5f;
-            int64_t half = halves[h], width = 2 * half, groups = width / npc;
-            /* mostly top-2 draws (N ~ 8000); one full-size draw per hidden */
-            const moe_params *p = (h == 0 && i == 0) ? &MOE_EMPTY
-                                  : i == 3            ? &MOE[(h % 2) ? 1 : 2]
-                                                      : &MOE[i % 2 ? 0 : 4];
+            int64_t width = 2 * half, groups = width / npc;
             ref_swiglu_mapping m;
             make_mapping(p, npc, &m);
             int64_t rows = m.rows, tk = m.tokens * m.topk;
@@ -482,8 +557,12 @@ Test(swiglu_backward, sweep, .timeout = 1800) {
             free(weight), free(w_out), free(w_fp8), free(w_gsf), free(w_xg), free(w_wg);
             ref_swiglu_free_mapping(&m);
             cases++;
+            elements += rows * half;
         }
-    cr_log_info("swiglu_backward: %d cases in %.1f s", cases, now_seconds() - start);
+    }
+    fprintf(stderr, "test_gpu_swiglu: swiglu_backward: %d cases (npc 32/128 x round x clamp "
+            "once each, I 2048..7168), %.1f M elements, in %.1f s\n", cases,
+            (double)elements * 1e-6, now_seconds() - start);
     free(source), free(grad), free(x), free(x_sf), free(got), free(want), free(argument), free(values);
     CUdeviceptr buffers[] = {d_x, d_x_sf, d_grad, d_small, d_out, d_fp8, d_gsf, d_xg};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
@@ -499,9 +578,9 @@ Test(swiglu_per_channel, sweep, .timeout = 1800) {
     static const int64_t tokens_list[] = {0, 4096, 8064};
     const int64_t max_tokens = 8064, max_half = 7168;
     size_t x_bytes = (size_t)max_tokens * 2 * max_half * 2;
-    uint16_t *x = host_alloc(x_bytes);
+    uint16_t *x = host_alloc(x_bytes + 16); /* uploads copy 2 bytes past the view */
     ref_fill_rand_float(x, TK_BF16, max_tokens, 2 * max_half, 0, 0, test_seed() + 31);
-    CUdeviceptr d_x = device_alloc(&g, x_bytes);
+    CUdeviceptr d_x = device_alloc(&g, x_bytes + 16);
     size_t out_bytes = (size_t)max_tokens * max_half, sf_bytes = out_bytes / 32 * 4;
     CUdeviceptr d_out = device_alloc(&g, out_bytes + TAIL_BYTES);
     CUdeviceptr d_sf = device_alloc(&g, sf_bytes + TAIL_BYTES);
@@ -509,11 +588,14 @@ Test(swiglu_per_channel, sweep, .timeout = 1800) {
     float *got_sf = host_alloc(sf_bytes + TAIL_BYTES), *want_sf = host_alloc(sf_bytes + TAIL_BYTES);
     float *table = gpu_bf16_exp_table(&g);
     int cases = 0, combo = 0;
+    int64_t elements = 0;
     for (int t = 0; t < 3; t++)
         for (int h = 0; h < 7; h++) {
             int64_t tokens = tokens_list[t], half = hidden[h];
-            /* bm x transpose x round x clamp = 24 combinations; 4 per size */
-            for (int i = 0; i < (tokens ? 4 : 1); i++, combo++) {
+            /* bm x transpose x round x clamp = 24 combinations, 2 per
+             * (T, I) of TileKernels' 14: each at least once with data
+             * (T = 0 cases do not advance the rotation) */
+            for (int i = 0; i < (tokens ? 2 : 1); i++, combo += tokens != 0) {
                 int bm = combo % 2 ? 128 : 32;
                 bool transpose = (combo / 2) % 2;
                 bool round_sf = (combo / 4) % 2;
@@ -544,9 +626,12 @@ Test(swiglu_per_channel, sweep, .timeout = 1800) {
                 expect_rows((unsigned char *)got_sf, (unsigned char *)want_sf, 1,
                             (size_t)(tokens / bm * half) * 4, NULL, what);
                 cases++;
+                elements += tokens * half;
             }
         }
-    cr_log_info("swiglu_per_channel: %d cases in %.1f s", cases, now_seconds() - start);
+    fprintf(stderr, "test_gpu_swiglu: swiglu_per_channel: %d cases (%d with T = 0; T 4096/8064 "
+            "x I 576..7168 x 2 of the 24 options), %.1f M elements, in %.1f s\n", cases, 7,
+            (double)elements * 1e-6, now_seconds() - start);
     free(x), free(got), free(want), free(got_sf), free(want_sf), free(table);
     CU(&g, cuMemFree(d_x));
     CU(&g, cuMemFree(d_out));
@@ -610,4 +695,42 @@ Test(swiglu_api, rejects_bad_arguments) {
                                                                       NULL, &oc, &sc, NULL),
                  TK_ERROR_INVALID_ARGUMENT);
     cr_assert(strstr(tk_last_error(), "multiple of 128") != NULL);
+}
+
+/* Every layout reaches the generated launcher's checks and passes them:
+ * the unused SF view of swiglu_forward_per_token_cast must keep the shape
+ * the kernel signature fixes (run 10 failed with "sf_bytes: shape[2] is
+ * 0, expected 4" for every unpacked layout).  Only without a device (the
+ * descriptors hold fake pointers): the call then stops at the launch with
+ * TK_ERROR_NO_DEVICE, after every argument check. */
+Test(swiglu_api, launcher_accepts_every_layout) {
+    if (tk_device_check() == TK_SUCCESS)
+        cr_skip_test("a device is present: this check runs on machines without one");
+    CUdeviceptr fake = 0x100000;
+    static const tk_sf_layout layouts[] = {TK_SF_ROW_MAJOR, TK_SF_COL_MAJOR,
+                                           TK_SF_PACKED_UE8M0};
+    for (int d = 0; d < 2; d++)
+        for (int l = 0; l < 3; l++)
+            for (int per_row = 0; per_row < 2; per_row++) {
+                if (per_row && l)
+                    continue;
+                int64_t rows = 7952, half = 1280;
+                tk_dtype dtype = d ? TK_F32 : TK_BF16;
+                tk_tensor x = tensor(fake, dtype, 2, rows, 2 * half);
+                tk_tensor out = tensor(fake, TK_E4M3, 2, rows, half);
+                tk_tensor mask = tensor(fake, TK_I32, 1, rows, 0);
+                tk_tensor index = tensor(fake, TK_I32, 1, rows, 0);
+                tk_tensor weights = tensor(fake, TK_F32, 2, 1000, 8);
+                int npc = per_row ? (int)half : 128;
+                tk_tensor sf;
+                check_status(tk_sf_desc(rows, half, 1, npc, layouts[l], &sf, NULL), "tk_sf_desc");
+                sf.data = (void *)(uintptr_t)fake;
+                float clamp = 10.0f;
+                bool packed = layouts[l] == TK_SF_PACKED_UE8M0;
+                tk_status status = tk_swiglu_forward_and_per_token_cast(
+                    &x, npc, packed ? NULL : &index, packed ? NULL : &weights, &mask, true,
+                    layouts[l], &clamp, NULL, NULL, &out, &sf, NULL);
+                cr_assert_eq(status, TK_ERROR_NO_DEVICE, "dtype %d layout %d npc %d: %s", d, l,
+                             npc, tk_last_error());
+            }
 }

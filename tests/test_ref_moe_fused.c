@@ -410,3 +410,45 @@ Test(reduce, threaded_matches_plain_loop) {
     ref_moe_mapping_free(&m);
     free(topk_idx);
 }
+
+/* The per-row widening and the vector FMA loop against a per-element
+ * fmaf chain, for bf16 and e4m3 rows, over a width with a vector tail. */
+Test(reduce, narrow_inputs_match_plain_loop) {
+    enum { TOKENS = 64, TOPK = 3, HIDDEN = 301, STRIDE = 320 };
+    int64_t rows = TOKENS * TOPK;
+    uint16_t *bf16 = malloc((size_t)(rows * STRIDE) * sizeof(uint16_t));
+    uint8_t *e4m3 = malloc((size_t)(rows * STRIDE));
+    int32_t pos[TOKENS * TOPK];
+    float weights[TOKENS * TOPK];
+    ref_rng rng = ref_rng_seed(31, 0);
+    for (int64_t i = 0; i < rows * STRIDE; i++) {
+        bf16[i] = ref_bf16_from_f32(ref_rng_normal(&rng));
+        e4m3[i] = (uint8_t)(ref_rng_next(&rng) % 0x7F); /* finite codes */
+    }
+    for (int i = 0; i < TOKENS * TOPK; i++) {
+        pos[i] = ref_rng_next(&rng) % 4 == 0 ? -1 : (int32_t)((i * 7) % rows);
+        weights[i] = ref_rng_uniform(&rng);
+    }
+    float *got = malloc((size_t)(TOKENS * HIDDEN) * sizeof(float));
+    for (int d = 0; d < 2; d++) {
+        const void *x = d ? (const void *)e4m3 : (const void *)bf16;
+        tk_dtype dtype = d ? TK_E4M3 : TK_BF16;
+        cr_assert(ref_reduce_fused(x, dtype, STRIDE, HIDDEN, weights, pos, TOKENS, TOPK, NULL,
+                                   NULL, TK_F32, got));
+        for (int64_t t = 0; t < TOKENS; t++)
+            for (int64_t h = 0; h < HIDDEN; h++) {
+                float acc = 0.0f;
+                for (int k = 0; k < TOPK; k++) {
+                    int32_t p = pos[t * TOPK + k];
+                    if (p >= 0)
+                        acc = fmaf(ref_load_f32(x, dtype, p * STRIDE + h),
+                                   weights[t * TOPK + k], acc);
+                }
+                cr_assert_eq(ref_f32_bits(got[t * HIDDEN + h]), ref_f32_bits(acc),
+                             "%s token %ld column %ld", d ? "e4m3" : "bf16", (long)t, (long)h);
+            }
+    }
+    free(bf16);
+    free(e4m3);
+    free(got);
+}

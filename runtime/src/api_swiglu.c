@@ -343,7 +343,12 @@ tk_status tk_swiglu_forward_and_per_token_cast(
     } else {
         bool packed = sf_layout == TK_SF_PACKED_UE8M0;
         tk_tensor f32_scales = packed ? tk__swiglu_empty(TK_F32, 2) : scales;
+        /* The unused byte view is empty but keeps the shape[2] == 4 and
+         * strides[0] == 4 the kernel signature fixes: the launcher checks
+         * literal dimensions even of empty tensors. */
         tk_tensor byte_scales = tk__swiglu_empty(TK_U8, 3);
+        byte_scales.shape[2] = 4;
+        byte_scales.strides[0] = 4;
         if (packed) {
             tk_tensor view = {.data = scales.data, .dtype = TK_U8, .rank = 3,
                               .shape = {scales.shape[0], scales.shape[1], 4},

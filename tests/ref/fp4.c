@@ -95,13 +95,15 @@ typedef struct quant_job {
     const float *precomputed;
     uint8_t *out;
     void *sf;
+    float e4m3[256]; /* ref_e4m3_to_f32 of every code, read once per job */
 } quant_job;
 
 static bool is_quantized(tk_dtype dtype) { return dtype == TK_E4M3 || dtype == TK_E2M1; }
 
 /* Element c of row r as data (quantised input: the stored value, not yet
  * scaled). */
-static float load_element(const ref_quant_input *x, int64_t r, int64_t c) {
+static float load_element(const quant_job *job, int64_t r, int64_t c) {
+    const ref_quant_input *x = &job->x;
     const unsigned char *row = (const unsigned char *)x->data;
     switch (x->dtype) {
     case TK_F32:
@@ -109,7 +111,7 @@ static float load_element(const ref_quant_input *x, int64_t r, int64_t c) {
     case TK_BF16:
         return ref_bf16_to_f32(((const uint16_t *)x->data)[r * x->row_stride + c]);
     case TK_E4M3:
-        return ref_e4m3_to_f32(row[r * x->row_stride + c]);
+        return job->e4m3[row[r * x->row_stride + c]];
     case TK_E2M1: {
         uint8_t byte = row[r * x->row_stride + c / 2];
         return ref_fp4_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
@@ -123,10 +125,28 @@ static float input_scale(const quant_job *job, int64_t r, int64_t c) {
     return ref_sf_load(&job->in_shape, job->x.sf, r / job->x.block_m, c / job->x.block_k);
 }
 
+/* The input scale of (r, c), looked up again only when c enters another
+ * input block of the row (the lookup dominated the reference's time). */
+typedef struct scale_cache {
+    int64_t block; /* input block column of `value`, -1: none yet */
+    float value;
+} scale_cache;
+
+static float cached_input_scale(const quant_job *job, scale_cache *cache, int64_t r,
+                                int64_t c) {
+    int64_t block = c / job->x.block_k;
+    if (block != cache->block) {
+        cache->block = block;
+        cache->value = input_scale(job, r, c);
+    }
+    return cache->value;
+}
+
 static void quant_rows(void *context, int64_t begin, int64_t end) {
     const quant_job *job = context;
     bool quantized = is_quantized(job->x.dtype);
     for (int64_t r = begin; r < end; r++) {
+        scale_cache cache = {-1, 0.0f};
         for (int64_t g = 0; g < job->shape.nbk; g++) {
             int64_t c0 = g * job->npc;
             int64_t c1 = c0 + job->npc < job->cols ? c0 + job->npc : job->cols;
@@ -138,9 +158,9 @@ static void quant_rows(void *context, int64_t begin, int64_t end) {
             } else {
                 float amax = 0.0f;
                 for (int64_t c = c0; c < c1; c++) {
-                    float value = fabsf(load_element(&job->x, r, c));
+                    float value = fabsf(load_element(job, r, c));
                     if (quantized)
-                        value = value * input_scale(job, r, c);
+                        value = value * cached_input_scale(job, &cache, r, c);
                     amax = fmaxf(amax, value);
                 }
                 scale = ref_fp4_scale(amax, job->format, job->round_sf);
@@ -151,8 +171,8 @@ static void quant_rows(void *context, int64_t begin, int64_t end) {
             for (int64_t c = c0; c < c1; c++) {
                 float multiplier = scale.inv;
                 if (quantized)
-                    multiplier = input_scale(job, r, c) * scale.inv;
-                float scaled = load_element(&job->x, r, c) * multiplier;
+                    multiplier = cached_input_scale(job, &cache, r, c) * scale.inv;
+                float scaled = load_element(job, r, c) * multiplier;
                 if (job->format == TK_E4M3) {
                     job->out[r * job->cols + c] = ref_e4m3_from_f32(scaled);
                     continue;
@@ -190,6 +210,8 @@ bool ref_per_token_quant(const ref_quant_input *x, int64_t rows, int64_t cols,
         !ref_sf_shape_of(rows, cols, x->block_m, x->block_k, x->sf_layout, &job.in_shape))
         return false;
     job.x = *x;
+    for (int code = 0; code < 256; code++)
+        job.e4m3[code] = ref_e4m3_to_f32((uint8_t)code);
     job.rows = rows;
     job.cols = cols;
     job.npc = num_per_channels;
@@ -223,12 +245,17 @@ static void store_output(tk_dtype dtype, void *out, int64_t index, float value) 
 static void back_rows(void *context, int64_t begin, int64_t end) {
     const back_job *job = context;
     for (int64_t r = begin; r < end; r++)
-        for (int64_t c = 0; c < job->cols; c++) {
-            uint8_t byte = job->x[(r * job->cols + c) / 2];
-            float value = ref_fp4_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
+        for (int64_t c0 = 0; c0 < job->cols; c0 += job->shape.block_k) {
+            /* one scale per block of the row */
             float scale = ref_sf_load(&job->shape, job->sf, r / job->shape.block_m,
-                                      c / job->shape.block_k);
-            store_output(job->out_dtype, job->out, r * job->cols + c, value * scale);
+                                      c0 / job->shape.block_k);
+            int64_t c1 = c0 + job->shape.block_k < job->cols ? c0 + job->shape.block_k
+                                                             : job->cols;
+            for (int64_t c = c0; c < c1; c++) {
+                uint8_t byte = job->x[(r * job->cols + c) / 2];
+                float value = ref_fp4_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
+                store_output(job->out_dtype, job->out, r * job->cols + c, value * scale);
+            }
         }
 }
 

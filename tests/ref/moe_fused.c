@@ -270,11 +270,64 @@ typedef struct reduce_job {
     void *out;
 } reduce_job;
 
+/* x[p, :] as f32 into row: one dtype switch per row, not per element (the
+ * golden tests reduce billions of elements). */
+static void load_row(const reduce_job *job, int64_t p, float *row) {
+    int64_t first = p * job->x_stride, hidden = job->hidden;
+    switch (job->x_dtype) {
+    case TK_F32:
+        memcpy(row, (const float *)job->x + first, (size_t)hidden * sizeof(float));
+        break;
+    case TK_BF16: {
+        const uint16_t *x = (const uint16_t *)job->x + first;
+        for (int64_t h = 0; h < hidden; h++)
+            row[h] = ref_bf16_to_f32(x[h]);
+        break;
+    }
+    default: {
+        float codes[256];
+        for (int c = 0; c < 256; c++)
+            codes[c] = ref_e4m3_to_f32((uint8_t)c);
+        const uint8_t *x = (const uint8_t *)job->x + first;
+        for (int64_t h = 0; h < hidden; h++)
+            row[h] = codes[x[h]];
+        break;
+    }
+    }
+}
+
+/* acc[h] = fmaf(row[h], s, acc[h]): one rounding per term either way; on
+ * x86-64 hosts with FMA the compiler turns the loop into vector FMAs
+ * instead of a libm call per element. */
+static void fma_row(float *acc, const float *row, float s, int64_t hidden) {
+    for (int64_t h = 0; h < hidden; h++)
+        acc[h] = fmaf(row[h], s, acc[h]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("fma"))) static void fma_row_fma(float *acc, const float *row, float s,
+                                                      int64_t hidden) {
+    for (int64_t h = 0; h < hidden; h++)
+        acc[h] = __builtin_fmaf(row[h], s, acc[h]);
+}
+#endif
+
+static void accumulate(float *acc, const float *row, float s, int64_t hidden) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("fma")) {
+        fma_row_fma(acc, row, s, hidden);
+        return;
+    }
+#endif
+    fma_row(acc, row, s, hidden);
+}
+
 static void reduce_tokens(void *context, int64_t begin, int64_t end) {
     const reduce_job *job = context;
     int64_t hidden = job->hidden;
-    float *acc = malloc((size_t)(hidden > 0 ? hidden : 1) * sizeof(float));
-    if (!acc)
+    size_t bytes = (size_t)(hidden > 0 ? hidden : 1) * sizeof(float);
+    float *acc = malloc(bytes), *row = malloc(bytes);
+    if (!acc || !row)
         abort(); /* a reference that silently skipped work would lie */
     for (int64_t t = begin; t < end; t++) {
         for (int64_t h = 0; h < hidden; h++)
@@ -286,9 +339,8 @@ static void reduce_tokens(void *context, int64_t begin, int64_t end) {
             float s = job->weights ? job->weights[t * job->topk + k] : 1.0f;
             if (job->x_sf)
                 s = s * job->x_sf[p];
-            int64_t row = p * job->x_stride;
-            for (int64_t h = 0; h < hidden; h++)
-                acc[h] = fmaf(ref_load_f32(job->x, job->x_dtype, row + h), s, acc[h]);
+            load_row(job, p, row);
+            accumulate(acc, row, s, hidden);
         }
         for (int64_t h = 0; h < hidden; h++) {
             float value = job->sf ? acc[h] * job->sf[0] : acc[h];
@@ -301,6 +353,7 @@ static void reduce_tokens(void *context, int64_t begin, int64_t end) {
         }
     }
     free(acc);
+    free(row);
 }
 
 bool ref_reduce_fused(const void *x, tk_dtype x_dtype, int64_t x_stride,
