@@ -581,9 +581,10 @@ static void write_csv(FILE *out, const bench_context *ctx, const result *results
         if (!selected[i])
             continue;
         const result *r = &results[i];
-        fprintf(out, "%s,%s,%s,%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s\n", r->kernel, r->shape,
-                r->config, r->bytes, r->median_us, r->min_us, r->p20_us, r->p80_us, r->gbs,
-                r->percent_copy, r->check);
+        /* labels may hold commas: quote the text fields (RFC 4180) */
+        fprintf(out, "%s,\"%s\",\"%s\",%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s\n", r->kernel,
+                r->shape, r->config, r->bytes, r->median_us, r->min_us, r->p20_us, r->p80_us,
+                r->gbs, r->percent_copy, r->check);
     }
 }
 
