@@ -31,10 +31,11 @@
 
 #include "block_cast.h"
 #include "e5m6.h"
+#include "gpu_harness.h"
 #include "tk.h"
 #include "tk_internal.h"
 
-#define TAIL_BYTES 256
+#define TAIL_BYTES GPU_TAIL_BYTES
 #define POISON 0xFF
 #define MAX_TOKENS 8001
 #define MAX_HIDDEN 7168
@@ -44,72 +45,22 @@ static const int64_t HIDDEN[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
 #define NUM_HIDDEN (int)(sizeof HIDDEN / sizeof HIDDEN[0])
 static const int64_t TOKENS[] = {0, 4001, 8001};
 
-static uint64_t test_seed(void) {
-    const char *env = getenv("TK_TEST_SEED");
-    return env ? strtoull(env, NULL, 0) : 0;
-}
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* ---- device helpers ------------------------------------------------------ */
 
-typedef struct gpu {
-    const tk__driver_api *api;
-} gpu;
-
-static void check_cu(const gpu *g, CUresult result, const char *what) {
-    if (result == CUDA_SUCCESS)
-        return;
-    const char *message = "?";
-    if (g->api->cuGetErrorString)
-        g->api->cuGetErrorString(result, &message);
-    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
-}
-#define CU(g, call) check_cu((g), (g)->api->call, #call)
-
-static gpu gpu_begin(void) {
-    gpu g;
-    if (tk_device_check() != TK_SUCCESS)
-        cr_skip_test("no usable CUDA device: %s", tk_last_error());
-    tk_status status = tk__driver(&g.api);
-    cr_assert_eq(status, TK_SUCCESS, "tk__driver: %s", tk_last_error());
-    return g;
+/* This file's poison byte and tail message for the shared harness. */
+static void poison(const gpu *g, CUdeviceptr ptr, size_t bytes) {
+    gpu_poison(g, ptr, bytes, POISON);
 }
 
-static CUdeviceptr device_alloc(const gpu *g, size_t bytes) {
-    CUdeviceptr ptr = 0;
-    CU(g, cuMemAlloc(&ptr, bytes ? bytes : 1));
-    return ptr;
-}
-
-static void *host_alloc(size_t bytes) {
-    void *memory = malloc(bytes ? bytes : 1);
-    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
-    return memory;
-}
-
-static tk_tensor tensor2(CUdeviceptr data, tk_dtype dtype, int64_t d0, int64_t d1, int64_t s0,
-                         int64_t s1) {
-    tk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)data;
-    t.dtype = dtype;
-    t.rank = 2;
-    t.shape[0] = d0;
-    t.shape[1] = d1;
-    t.strides[0] = s0;
-    t.strides[1] = s1;
-    return t;
+static void download(const gpu *g, void *host, CUdeviceptr device, size_t bytes,
+                     const char *what) {
+    gpu_download(g, host, device, bytes, POISON, "", what);
 }
 
 /* The SF descriptor tk_sf_desc gives, on device memory. */
 static tk_tensor sf_tensor(CUdeviceptr data, const ref_sf_shape *shape) {
-    tk_tensor t = tensor2(data, shape->dtype, shape->shape[0], shape->shape[1], shape->strides[0],
-                          shape->strides[1]);
+    tk_tensor t = gpu_tensor2(data, shape->dtype, shape->shape[0], shape->shape[1],
+                              shape->strides[0], shape->strides[1]);
     tk_tensor desc;
     size_t bytes = 0;
     cr_assert_eq(tk_sf_desc(shape->rows, shape->cols, shape->block_m, shape->block_k,
@@ -119,25 +70,6 @@ static tk_tensor sf_tensor(CUdeviceptr data, const ref_sf_shape *shape) {
     cr_assert(desc.shape[0] == t.shape[0] && desc.shape[1] == t.shape[1] &&
               desc.strides[0] == t.strides[0] && desc.strides[1] == t.strides[1]);
     return t;
-}
-
-static void check_status(tk_status status, const char *what) {
-    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
-                 tk_last_error());
-}
-
-static void poison(const gpu *g, CUdeviceptr ptr, size_t bytes) {
-    CU(g, cuMemsetD8(ptr, POISON, bytes + TAIL_BYTES));
-}
-
-/* Synchronises, downloads `bytes` plus the tail, which must be poisoned. */
-static void download(const gpu *g, void *host, CUdeviceptr device, size_t bytes,
-                     const char *what) {
-    CU(g, cuCtxSynchronize());
-    CU(g, cuMemcpyDtoH(host, device, bytes + TAIL_BYTES));
-    const unsigned char *tail = (const unsigned char *)host + bytes;
-    for (size_t i = 0; i < TAIL_BYTES; i++)
-        cr_assert_eq(tail[i], POISON, "%s: wrote past the end (byte %zu after)", what, i);
 }
 
 static void expect_equal(const void *got, const void *want, size_t bytes, size_t element,
@@ -173,25 +105,6 @@ static void expect_equal_sf(const ref_sf_shape *shape, const unsigned char *got,
             cr_assert_fail("%s: scale of block (%ld, %ld): got 0x%x, expected 0x%x", what,
                            (long)i, (long)k, a, b);
         }
-}
-
-static const char *dtype_name(tk_dtype dtype) {
-    switch (dtype) {
-    case TK_F32: return "f32";
-    case TK_BF16: return "bf16";
-    case TK_E4M3: return "e4m3";
-    case TK_E2M1: return "e2m1";
-    default: return "?";
-    }
-}
-
-static const char *layout_name(tk_sf_layout layout) {
-    switch (layout) {
-    case TK_SF_ROW_MAJOR: return "row";
-    case TK_SF_COL_MAJOR: return "col";
-    case TK_SF_PACKED_UE8M0: return "packed";
-    }
-    return "?";
 }
 
 /* Largest SF buffer any case here needs: 8001 rows, one scale per 32
@@ -230,10 +143,10 @@ static void state_begin(state *s, tk_dtype in_dtype, uint64_t seed) {
     s->aux = host_alloc(s->out_bytes + TAIL_BYTES);
     s->got_sf = host_alloc(s->sf_bytes + TAIL_BYTES);
     s->want_sf = host_alloc(s->sf_bytes + TAIL_BYTES);
-    s->device_input = device_alloc(&s->g, input_bytes);
-    s->device_output = device_alloc(&s->g, s->out_bytes + TAIL_BYTES);
-    s->device_aux = device_alloc(&s->g, s->out_bytes + TAIL_BYTES);
-    s->device_sf = device_alloc(&s->g, s->sf_bytes + TAIL_BYTES);
+    s->device_input = gpu_alloc(&s->g, input_bytes);
+    s->device_output = gpu_alloc(&s->g, s->out_bytes + TAIL_BYTES);
+    s->device_aux = gpu_alloc(&s->g, s->out_bytes + TAIL_BYTES);
+    s->device_sf = gpu_alloc(&s->g, s->sf_bytes + TAIL_BYTES);
     CU(&s->g, cuMemcpyHtoD(s->device_input, s->input, input_bytes));
 }
 
@@ -268,12 +181,12 @@ static void e5m6_cast_back_case(state *s, int64_t tokens, int64_t hidden,
     tk_dtype outs[] = {TK_BF16, TK_F32};
     for (int o = 0; o < 2; o++) {
         char back[240];
-        snprintf(back, sizeof back, "cast_back_e5m6 ->%s of [%s]", dtype_name(outs[o]), what);
+        snprintf(back, sizeof back, "cast_back_e5m6 ->%s of [%s]", gpu_dtype_name(outs[o]), what);
         size_t out_size = tk_dtype_size(outs[o]), out_bytes = (size_t)(tokens * hidden) * out_size;
         poison(&s->g, s->device_output, out_bytes);
-        tk_tensor x = tensor2(s->device_aux, TK_U8, tokens, hidden / 2 * 3, hidden / 2 * 3, 1);
+        tk_tensor x = gpu_tensor2(s->device_aux, TK_U8, tokens, hidden / 2 * 3, hidden / 2 * 3, 1);
         tk_tensor sf = sf_tensor(s->device_sf, shape);
-        tk_tensor out = tensor2(s->device_output, outs[o], tokens, hidden, hidden, 1);
+        tk_tensor out = gpu_tensor2(s->device_output, outs[o], tokens, hidden, hidden, 1);
         check_status(tk_cast_back_e5m6(&x, &sf, &out, NULL), back);
         download(&s->g, s->got, s->device_output, out_bytes, back);
         cr_assert(ref_cast_back_e5m6(s->want, tokens, hidden, s->want_sf, shape->layout, outs[o],
@@ -291,15 +204,15 @@ static void e5m6_case(state *s, CUdeviceptr input, const void *host, int64_t tok
     bool round_sf = E5M6_MODES[mode].round_sf;
     tk_sf_layout layout = E5M6_MODES[mode].layout;
     snprintf(what, sizeof what, "per_token_cast_e5m6 %s %s T=%ld H=%ld stride=%ld round=%d sf=%s",
-             kind, dtype_name(s->in_dtype), (long)tokens, (long)hidden, (long)stride, round_sf,
-             layout_name(layout));
+             kind, gpu_dtype_name(s->in_dtype), (long)tokens, (long)hidden, (long)stride, round_sf,
+             gpu_layout_name(layout));
     ref_sf_shape shape;
     cr_assert(ref_sf_shape_of(tokens, hidden, 1, (int)hidden, layout, &shape));
     size_t q_bytes = (size_t)(tokens * hidden / 2 * 3);
     poison(&s->g, s->device_output, q_bytes);
     poison(&s->g, s->device_sf, shape.bytes);
-    tk_tensor x = tensor2(input, s->in_dtype, tokens, hidden, stride, 1);
-    tk_tensor out = tensor2(s->device_output, TK_U8, tokens, hidden / 2 * 3, hidden / 2 * 3, 1);
+    tk_tensor x = gpu_tensor2(input, s->in_dtype, tokens, hidden, stride, 1);
+    tk_tensor out = gpu_tensor2(s->device_output, TK_U8, tokens, hidden / 2 * 3, hidden / 2 * 3, 1);
     tk_tensor sf = sf_tensor(s->device_sf, &shape);
     check_status(tk_per_token_cast_e5m6(&x, round_sf, layout, &out, &sf, NULL), what);
     download(&s->g, s->got, s->device_output, q_bytes, what);
@@ -354,7 +267,7 @@ static void run_e5m6(tk_dtype in_dtype) {
         }
     free(special);
     cr_log_info("per_token_cast_e5m6 / cast_back_e5m6 %s: %d cases in %.1f s",
-                dtype_name(in_dtype), s.cases, now_seconds() - start);
+                gpu_dtype_name(in_dtype), s.cases, now_seconds() - start);
     state_end(&s);
 }
 
@@ -369,8 +282,8 @@ static void block_case(state *s, tk_dtype fmt, int64_t tokens, int64_t hidden, i
                        bool round_sf, tk_sf_layout layout) {
     char what[200];
     snprintf(what, sizeof what, "per_block_cast %s->%s T=%ld H=%ld block=%dx%d round=%d sf=%s",
-             dtype_name(s->in_dtype), dtype_name(fmt), (long)tokens, (long)hidden, bm, bk,
-             round_sf, layout_name(layout));
+             gpu_dtype_name(s->in_dtype), gpu_dtype_name(fmt), (long)tokens, (long)hidden, bm, bk,
+             round_sf, gpu_layout_name(layout));
     bool fp4 = fmt == TK_E2M1;
     int64_t out_cols = fp4 ? hidden / 2 : hidden;
     size_t out_bytes = (size_t)(tokens * out_cols);
@@ -378,8 +291,9 @@ static void block_case(state *s, tk_dtype fmt, int64_t tokens, int64_t hidden, i
     cr_assert(ref_sf_shape_of(tokens, hidden, bm, bk, layout, &shape));
     poison(&s->g, s->device_output, out_bytes);
     poison(&s->g, s->device_sf, shape.bytes);
-    tk_tensor x = tensor2(s->device_input, s->in_dtype, tokens, hidden, hidden, 1);
-    tk_tensor out = tensor2(s->device_output, fp4 ? TK_I8 : TK_E4M3, tokens, out_cols, out_cols, 1);
+    tk_tensor x = gpu_tensor2(s->device_input, s->in_dtype, tokens, hidden, hidden, 1);
+    tk_tensor out =
+        gpu_tensor2(s->device_output, fp4 ? TK_I8 : TK_E4M3, tokens, out_cols, out_cols, 1);
     tk_tensor sf = sf_tensor(s->device_sf, &shape);
     check_status(tk_per_block_cast(&x, fmt, bm, bk, round_sf, layout, &out, &sf, NULL), what);
     download(&s->g, s->got, s->device_output, out_bytes, what);
@@ -401,12 +315,12 @@ static void block_modes_case(state *s, tk_dtype fmt, int64_t tokens, int64_t hid
                              int bk, bool round_sf) {
     char what[200];
     snprintf(what, sizeof what, "per_block_cast modes %s->%s T=%ld H=%ld block=%dx%d round=%d",
-             dtype_name(s->in_dtype), dtype_name(fmt), (long)tokens, (long)hidden, bm, bk,
+             gpu_dtype_name(s->in_dtype), gpu_dtype_name(fmt), (long)tokens, (long)hidden, bm, bk,
              round_sf);
     bool fp4 = fmt == TK_E2M1;
     int64_t out_cols = fp4 ? hidden / 2 : hidden;
     size_t out_bytes = (size_t)(tokens * out_cols);
-    tk_tensor x = tensor2(s->device_input, s->in_dtype, tokens, hidden, hidden, 1);
+    tk_tensor x = gpu_tensor2(s->device_input, s->in_dtype, tokens, hidden, hidden, 1);
     tk_sf_layout layouts[] = {TK_SF_ROW_MAJOR, TK_SF_PACKED_UE8M0};
     for (int l = 0; l < (round_sf ? 2 : 1); l++) {
         ref_sf_shape shape;
@@ -432,7 +346,8 @@ static void block_modes_case(state *s, tk_dtype fmt, int64_t tokens, int64_t hid
     CU(&s->g, cuMemcpyHtoD(s->device_sf, s->want_sf, row.bytes + 1));
     poison(&s->g, s->device_output, out_bytes);
     tk_tensor sf = sf_tensor(s->device_sf, &row);
-    tk_tensor out = tensor2(s->device_output, fp4 ? TK_I8 : TK_E4M3, tokens, out_cols, out_cols, 1);
+    tk_tensor out =
+        gpu_tensor2(s->device_output, fp4 ? TK_I8 : TK_E4M3, tokens, out_cols, out_cols, 1);
     check_status(tk_per_block_cast_with_precomputed_sf(&x, fmt, bm, bk, &sf, &out, NULL), what);
     download(&s->g, s->got, s->device_output, out_bytes, what);
     cr_assert(ref_per_block_cast(s->input, s->in_dtype, tokens, hidden, hidden, fmt, bm, bk,
@@ -462,8 +377,8 @@ static void run_per_block_cast(tk_dtype in_dtype, tk_dtype fmt) {
             block_modes_case(&s, fmt, tokens, hidden, 128, 128, true);
             block_modes_case(&s, fmt, tokens, hidden, 32, 32, false);
         }
-    cr_log_info("per_block_cast %s->%s: %d cases in %.1f s", dtype_name(in_dtype),
-                dtype_name(fmt), s.cases, now_seconds() - start);
+    cr_log_info("per_block_cast %s->%s: %d cases in %.1f s", gpu_dtype_name(in_dtype),
+                gpu_dtype_name(fmt), s.cases, now_seconds() - start);
     state_end(&s);
 }
 
@@ -478,8 +393,8 @@ static void lossless_case(state *s, int64_t tokens, int64_t hidden, tk_sf_layout
                           tk_sf_layout out_layout, int bm, int bk, int exponent) {
     char what[200];
     snprintf(what, sizeof what, "per_block_cast_lossless T=%ld H=%ld sf %s -> %s block=%dx%d e=%d",
-             (long)tokens, (long)hidden, layout_name(in_layout), layout_name(out_layout), bm, bk,
-             exponent);
+             (long)tokens, (long)hidden, gpu_layout_name(in_layout), gpu_layout_name(out_layout),
+             bm, bk, exponent);
     /* FP4 input as TileKernels' test makes it: (1, 32) blocks, round_sf,
      * a dynamic range of 2^9 around a random exponent */
     float *x = (float *)s->aux;
@@ -497,9 +412,9 @@ static void lossless_case(state *s, int64_t tokens, int64_t hidden, tk_sf_layout
     size_t out_bytes = (size_t)(tokens * hidden);
     poison(&s->g, s->device_output, out_bytes);
     poison(&s->g, s->device_sf, out_shape.bytes);
-    tk_tensor xt = tensor2(s->device_input, TK_I8, tokens, hidden / 2, hidden / 2, 1);
+    tk_tensor xt = gpu_tensor2(s->device_input, TK_I8, tokens, hidden / 2, hidden / 2, 1);
     tk_tensor sft = sf_tensor(s->device_aux, &in_shape);
-    tk_tensor out = tensor2(s->device_output, TK_E4M3, tokens, hidden, hidden, 1);
+    tk_tensor out = gpu_tensor2(s->device_output, TK_E4M3, tokens, hidden, hidden, 1);
     tk_tensor out_sf = sf_tensor(s->device_sf, &out_shape);
     check_status(tk_per_block_cast_lossless(&xt, &sft, 1, 32, bm, bk, out_layout, &out, &out_sf,
                                             NULL),
@@ -558,7 +473,7 @@ Test(per_block_cast_lossless, sweep, .timeout = 1800) {
 #define FAKE ((CUdeviceptr)0x100000)
 
 static tk_tensor fake2(tk_dtype dtype, int64_t d0, int64_t d1) {
-    return tensor2(FAKE, dtype, d0, d1, d1, 1);
+    return gpu_tensor2(FAKE, dtype, d0, d1, d1, 1);
 }
 
 static tk_tensor fake_sf(int64_t rows, int64_t cols, int bm, int bk, tk_sf_layout layout) {

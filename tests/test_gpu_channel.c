@@ -34,11 +34,12 @@
 #include <time.h>
 
 #include "channel_cast.h"
+#include "gpu_harness.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
 
-#define TAIL_BYTES 256
+#define TAIL_BYTES GPU_TAIL_BYTES
 #define POISON 0xFF
 
 static const int64_t HIDDEN[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
@@ -47,76 +48,12 @@ static const int64_t TOKENS[] = {0, 4096, 8064};
 #define MAX_HIDDEN 7168
 #define MAX_STRIDE (MAX_HIDDEN + 64)
 
-static uint64_t test_seed(void) {
-    const char *env = getenv("TK_TEST_SEED");
-    return env ? strtoull(env, NULL, 0) : 0;
-}
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* ---- device helpers --------------------------------------------------------- */
 
-typedef struct gpu {
-    const tk__driver_api *api;
-} gpu;
-
-static void check_cu(const gpu *g, CUresult result, const char *what) {
-    if (result == CUDA_SUCCESS)
-        return;
-    const char *message = "?";
-    if (g->api->cuGetErrorString)
-        g->api->cuGetErrorString(result, &message);
-    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
-}
-#define CU(g, call) check_cu((g), (g)->api->call, #call)
-
-static gpu gpu_begin(void) {
-    gpu g;
-    if (tk_device_check() != TK_SUCCESS)
-        cr_skip_test("no usable CUDA device: %s", tk_last_error());
-    tk_status status = tk__driver(&g.api);
-    cr_assert_eq(status, TK_SUCCESS, "tk__driver: %s", tk_last_error());
-    return g;
-}
-
-static CUdeviceptr device_alloc(const gpu *g, size_t bytes) {
-    CUdeviceptr ptr = 0;
-    CU(g, cuMemAlloc(&ptr, bytes ? bytes : 1));
-    return ptr;
-}
-
-static void *host_alloc(size_t bytes) {
-    void *memory = malloc(bytes ? bytes : 1);
-    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
-    return memory;
-}
-
-static tk_tensor tensor2(CUdeviceptr data, tk_dtype dtype, int64_t d0, int64_t d1, int64_t s0,
-                         int64_t s1) {
-    tk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)data;
-    t.dtype = dtype;
-    t.rank = 2;
-    t.shape[0] = d0;
-    t.shape[1] = d1;
-    t.strides[0] = s0;
-    t.strides[1] = s1;
-    return t;
-}
-
+/* This file's poison byte and tail message for the shared harness. */
 static void download_output(const gpu *g, void *host, CUdeviceptr device, size_t bytes,
                             const char *what) {
-    CU(g, cuCtxSynchronize());
-    CU(g, cuMemcpyDtoH(host, device, bytes + TAIL_BYTES));
-    const unsigned char *tail = (const unsigned char *)host + bytes;
-    for (size_t i = 0; i < TAIL_BYTES; i++)
-        cr_assert_eq(tail[i], POISON, "%s: wrote past the end of the output (byte %zu after)",
-                     what, i);
+    gpu_download(g, host, device, bytes, POISON, " of the output", what);
 }
 
 /* Byte-exact comparison of a (rows, cols) matrix of element_size. */
@@ -139,15 +76,6 @@ static void expect_equal(const void *got, const void *want, int64_t rows, int64_
                    (int)(2 * element_size), (unsigned long long)got_value,
                    (int)(2 * element_size), (unsigned long long)want_value, (long)mismatches,
                    (long)(rows * cols));
-}
-
-static const char *dtype_name(tk_dtype dtype) {
-    switch (dtype) {
-    case TK_F32: return "f32";
-    case TK_BF16: return "bf16";
-    case TK_E4M3: return "e4m3";
-    default: return "?";
-    }
 }
 
 /* ---- the test state ------------------------------------------------------------ */
@@ -192,12 +120,12 @@ static void state_begin(channel_state *s, tk_dtype dtype, int64_t source_rows,
     s->want = host_alloc(s->out_capacity);
     s->got_sf = host_alloc(s->sf_capacity + TAIL_BYTES);
     s->want_sf = host_alloc(s->sf_capacity);
-    s->device_source = device_alloc(&s->g, source_bytes);
-    s->device_quantized = device_alloc(&s->g, (size_t)(source_rows * MAX_HIDDEN));
-    s->device_quantized_sf = device_alloc(&s->g, (size_t)(source_rows * (MAX_HIDDEN / 128)) * 4);
-    s->device_pos = device_alloc(&s->g, (size_t)max_out_rows * 4);
-    s->device_out = device_alloc(&s->g, s->out_capacity + TAIL_BYTES);
-    s->device_sf = device_alloc(&s->g, s->sf_capacity + TAIL_BYTES);
+    s->device_source = gpu_alloc(&s->g, source_bytes);
+    s->device_quantized = gpu_alloc(&s->g, (size_t)(source_rows * MAX_HIDDEN));
+    s->device_quantized_sf = gpu_alloc(&s->g, (size_t)(source_rows * (MAX_HIDDEN / 128)) * 4);
+    s->device_pos = gpu_alloc(&s->g, (size_t)max_out_rows * 4);
+    s->device_out = gpu_alloc(&s->g, s->out_capacity + TAIL_BYTES);
+    s->device_sf = gpu_alloc(&s->g, s->sf_capacity + TAIL_BYTES);
     CU(&s->g, cuMemcpyHtoD(s->device_source, s->source, source_bytes));
 }
 
@@ -241,7 +169,7 @@ static void run_case(channel_state *s, enum entry entry, bool quantized, int64_t
              entry == ENTRY_CAST ? "per_channel_cast"
              : entry == ENTRY_FUSED ? "per_channel_cast_fused"
                                     : "per_channel_cast_and_transpose",
-             dtype_name(in_dtype), (long)tokens, (long)hidden, (long)stride, (long)rows,
+             gpu_dtype_name(in_dtype), (long)tokens, (long)hidden, (long)stride, (long)rows,
              pos ? " gather" : "", npt, round_sf);
     int64_t blocks = (rows + npt - 1) / npt;
     size_t out_bytes = (size_t)(rows * hidden), sf_bytes = (size_t)(blocks * hidden) * 4;
@@ -251,10 +179,10 @@ static void run_case(channel_state *s, enum entry entry, bool quantized, int64_t
     if (pos && rows > 0)
         CU(&s->g, cuMemcpyHtoD(s->device_pos, pos, (size_t)rows * 4));
 
-    tk_tensor x = quantized ? tensor2(s->device_quantized, TK_E4M3, tokens, hidden, hidden, 1)
-                            : tensor2(s->device_source, s->dtype, tokens, hidden, stride, 1);
+    tk_tensor x = quantized ? gpu_tensor2(s->device_quantized, TK_E4M3, tokens, hidden, hidden, 1)
+                            : gpu_tensor2(s->device_source, s->dtype, tokens, hidden, stride, 1);
     int64_t groups = (hidden + 127) / 128;
-    tk_tensor x_sf = tensor2(s->device_quantized_sf, TK_F32, tokens, groups, groups, 1);
+    tk_tensor x_sf = gpu_tensor2(s->device_quantized_sf, TK_F32, tokens, groups, groups, 1);
     tk_tensor positions;
     memset(&positions, 0, sizeof positions);
     positions.data = (void *)(uintptr_t)s->device_pos;
@@ -263,9 +191,9 @@ static void run_case(channel_state *s, enum entry entry, bool quantized, int64_t
     positions.shape[0] = rows;
     positions.strides[0] = 1;
     tk_tensor out = entry == ENTRY_TRANSPOSE
-                        ? tensor2(s->device_out, TK_E4M3, hidden, rows, rows, 1)
-                        : tensor2(s->device_out, TK_E4M3, rows, hidden, hidden, 1);
-    tk_tensor out_sf = tensor2(s->device_sf, TK_F32, blocks, hidden, hidden, 1);
+                        ? gpu_tensor2(s->device_out, TK_E4M3, hidden, rows, rows, 1)
+                        : gpu_tensor2(s->device_out, TK_E4M3, rows, hidden, hidden, 1);
+    tk_tensor out_sf = gpu_tensor2(s->device_sf, TK_F32, blocks, hidden, hidden, 1);
     tk_status status;
     if (entry == ENTRY_CAST)
         status = tk_per_channel_cast(&x, npt, round_sf, &out, &out_sf, NULL);
@@ -310,7 +238,7 @@ static void run_per_channel_cast(tk_dtype dtype) {
     for (int h = 0; h < NUM_HIDDEN; h++)
         run_case(&s, ENTRY_CAST, false, 4096, HIDDEN[h], HIDDEN[h] + 64, NULL, 4096, 128,
                  h % 2);
-    cr_log_info("per_channel_cast %s: %d cases in %.1f s", dtype_name(dtype), s.cases,
+    cr_log_info("per_channel_cast %s: %d cases in %.1f s", gpu_dtype_name(dtype), s.cases,
                 now_seconds() - start);
     state_end(&s);
 }
@@ -484,9 +412,9 @@ Test(per_channel_cast_and_transpose, bm32, .timeout = 1800) { run_transpose(32);
     } while (0)
 
 Test(channel_api, per_channel_cast_rejects_bad_arguments) {
-    tk_tensor x = tensor2(FAKE(1), TK_BF16, 256, 576, 576, 1);
-    tk_tensor out = tensor2(FAKE(2), TK_E4M3, 256, 576, 576, 1);
-    tk_tensor sf = tensor2(FAKE(3), TK_F32, 2, 576, 576, 1);
+    tk_tensor x = gpu_tensor2(FAKE(1), TK_BF16, 256, 576, 576, 1);
+    tk_tensor out = gpu_tensor2(FAKE(2), TK_E4M3, 256, 576, 576, 1);
+    tk_tensor sf = gpu_tensor2(FAKE(3), TK_F32, 2, 576, 576, 1);
     EXPECT_INVALID(tk_per_channel_cast(NULL, 128, false, &out, &sf, NULL), "x is NULL");
     EXPECT_INVALID(tk_per_channel_cast(&x, 128, false, NULL, &sf, NULL), "out is NULL");
     EXPECT_INVALID(tk_per_channel_cast(&x, 128, false, &out, NULL, NULL), "out_sf is NULL");
@@ -537,12 +465,12 @@ Test(channel_api, per_channel_cast_rejects_bad_arguments) {
 }
 
 Test(channel_api, fused_rejects_bad_arguments) {
-    tk_tensor x = tensor2(FAKE(1), TK_E4M3, 300, 576, 576, 1);
-    tk_tensor x_sf = tensor2(FAKE(2), TK_F32, 300, 5, 5, 1);
+    tk_tensor x = gpu_tensor2(FAKE(1), TK_E4M3, 300, 576, 576, 1);
+    tk_tensor x_sf = gpu_tensor2(FAKE(2), TK_F32, 300, 5, 5, 1);
     tk_tensor pos = {.data = (void *)(uintptr_t)FAKE(3), .dtype = TK_I32, .rank = 1,
                      .shape = {336}, .strides = {1}};
-    tk_tensor out = tensor2(FAKE(4), TK_E4M3, 336, 576, 576, 1);
-    tk_tensor sf = tensor2(FAKE(5), TK_F32, 3, 576, 576, 1);
+    tk_tensor out = gpu_tensor2(FAKE(4), TK_E4M3, 336, 576, 576, 1);
+    tk_tensor sf = gpu_tensor2(FAKE(5), TK_F32, 3, 576, 576, 1);
     EXPECT_INVALID(tk_per_channel_cast_fused(&x, NULL, 128, 128, false, &pos, &out, &sf, NULL),
                    "x_sf is NULL");
     EXPECT_INVALID(tk_per_channel_cast_fused(&x, &x_sf, 64, 128, false, &pos, &out, &sf, NULL),
@@ -595,9 +523,9 @@ Test(channel_api, fused_rejects_bad_arguments) {
 }
 
 Test(channel_api, transpose_rejects_bad_arguments) {
-    tk_tensor x = tensor2(FAKE(1), TK_BF16, 256, 576, 576, 1);
-    tk_tensor out = tensor2(FAKE(2), TK_E4M3, 576, 256, 256, 1);
-    tk_tensor sf = tensor2(FAKE(3), TK_F32, 8, 576, 576, 1);
+    tk_tensor x = gpu_tensor2(FAKE(1), TK_BF16, 256, 576, 576, 1);
+    tk_tensor out = gpu_tensor2(FAKE(2), TK_E4M3, 576, 256, 256, 1);
+    tk_tensor sf = gpu_tensor2(FAKE(3), TK_F32, 8, 576, 576, 1);
     EXPECT_INVALID(tk_per_channel_cast_and_transpose(&x, 64, false, &out, &sf, NULL),
                    "num_per_tokens");
     tk_tensor bad = x;
@@ -622,12 +550,12 @@ Test(channel_api, transpose_rejects_bad_arguments) {
 /* Valid calls pick their instance; T == 0 succeeds without a launch. */
 Test(channel_api, instance_selection_and_empty_input) {
     bool have_gpu = tk_device_check() == TK_SUCCESS;
-    tk_tensor x = tensor2(FAKE(1), TK_BF16, 0, 576, 576, 1);
-    tk_tensor out = tensor2(FAKE(2), TK_E4M3, 0, 576, 576, 1);
-    tk_tensor sf = tensor2(FAKE(3), TK_F32, 0, 576, 576, 1);
+    tk_tensor x = gpu_tensor2(FAKE(1), TK_BF16, 0, 576, 576, 1);
+    tk_tensor out = gpu_tensor2(FAKE(2), TK_E4M3, 0, 576, 576, 1);
+    tk_tensor sf = gpu_tensor2(FAKE(3), TK_F32, 0, 576, 576, 1);
     cr_assert_eq(tk_per_channel_cast(&x, 128, true, &out, &sf, NULL), TK_SUCCESS);
     cr_assert_str_eq(tk__last_instance(), "");
-    tk_tensor out_t = tensor2(FAKE(2), TK_E4M3, 576, 0, 1, 1);
+    tk_tensor out_t = gpu_tensor2(FAKE(2), TK_E4M3, 576, 0, 1, 1);
     cr_assert_eq(tk_per_channel_cast_and_transpose(&x, 32, false, &out_t, &sf, NULL), TK_SUCCESS);
     if (have_gpu)
         return; /* the calls below would launch on made-up addresses */
@@ -642,7 +570,7 @@ Test(channel_api, instance_selection_and_empty_input) {
     tk_per_channel_cast_fused(&x, NULL, 0, 128, false, &pos, &out, &sf, NULL);
     cr_assert_str_eq(tk__last_instance(), "per_channel_cast__f32_gather");
     x.dtype = TK_E4M3;
-    tk_tensor x_sf = tensor2(FAKE(5), TK_F32, 256, 5, 1, 256); /* column-major works */
+    tk_tensor x_sf = gpu_tensor2(FAKE(5), TK_F32, 256, 5, 1, 256); /* column-major works */
     tk_per_channel_cast_fused(&x, &x_sf, 128, 128, true, NULL, &out, &sf, NULL);
     cr_assert_str_eq(tk__last_instance(), "per_channel_cast__e4m3_round");
     x.dtype = TK_BF16;

@@ -29,11 +29,12 @@
 #include <time.h>
 
 #include "fp4.h"
+#include "gpu_harness.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
 
-#define TAIL_BYTES 256
+#define TAIL_BYTES GPU_TAIL_BYTES
 #define POISON 0xFF
 
 static const int64_t HIDDEN[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
@@ -43,78 +44,15 @@ static const int64_t TOKENS[] = {0, 4001, 8001};
 #define MAX_HIDDEN 7168
 #define MAX_STRIDE (MAX_HIDDEN + 64)
 
-static uint64_t test_seed(void) {
-    const char *env = getenv("TK_TEST_SEED");
-    return env ? strtoull(env, NULL, 0) : 0;
-}
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* ---- device helpers (as in test_gpu_kernels.c) ----------------------------- */
 
-static const tk__driver_api *api;
+static gpu dev; /* set by gpu_begin */
 
-static void check_cu(CUresult result, const char *what) {
-    if (result == CUDA_SUCCESS)
-        return;
-    const char *message = "?";
-    if (api->cuGetErrorString)
-        api->cuGetErrorString(result, &message);
-    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
-}
-#define CU(call) check_cu(api->call, #call)
+/* This file's poison byte and tail message for the shared harness. */
+static void poison(CUdeviceptr ptr, size_t bytes) { gpu_poison(&dev, ptr, bytes, POISON); }
 
-static void gpu_begin(void) {
-    if (tk_device_check() != TK_SUCCESS)
-        cr_skip_test("no usable CUDA device: %s", tk_last_error());
-    cr_assert_eq(tk__driver(&api), TK_SUCCESS, "tk__driver: %s", tk_last_error());
-}
-
-static CUdeviceptr device_alloc(size_t bytes) {
-    CUdeviceptr ptr = 0;
-    CU(cuMemAlloc(&ptr, bytes ? bytes : 1));
-    return ptr;
-}
-
-static void *host_alloc(size_t bytes) {
-    void *memory = malloc(bytes ? bytes : 1);
-    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
-    return memory;
-}
-
-static tk_tensor tensor2(CUdeviceptr data, tk_dtype dtype, int64_t d0, int64_t d1, int64_t s0,
-                         int64_t s1) {
-    tk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = (void *)(uintptr_t)data;
-    t.dtype = dtype;
-    t.rank = 2;
-    t.shape[0] = d0;
-    t.shape[1] = d1;
-    t.strides[0] = s0;
-    t.strides[1] = s1;
-    return t;
-}
-
-static void check_status(tk_status status, const char *what) {
-    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
-                 tk_last_error());
-}
-
-static void poison(CUdeviceptr ptr, size_t bytes) { CU(cuMemsetD8(ptr, POISON, bytes + TAIL_BYTES)); }
-
-/* Synchronises, downloads bytes + tail, checks the tail is untouched. */
 static void download(void *host, CUdeviceptr device, size_t bytes, const char *what) {
-    CU(cuCtxSynchronize());
-    CU(cuMemcpyDtoH(host, device, bytes + TAIL_BYTES));
-    const unsigned char *tail = (const unsigned char *)host + bytes;
-    for (size_t i = 0; i < TAIL_BYTES; i++)
-        cr_assert_eq(tail[i], POISON, "%s: wrote past the end of the output (byte %zu after)",
-                     what, i);
+    gpu_download(&dev, host, device, bytes, POISON, " of the output", what);
 }
 
 static void expect_equal(const void *got, const void *want, size_t bytes, int64_t row_bytes,
@@ -165,7 +103,7 @@ typedef struct state {
 } state;
 
 static void state_begin(state *s, tk_dtype in_dtype) {
-    gpu_begin();
+    dev = gpu_begin();
     s->in_dtype = in_dtype;
     s->in_size = tk_dtype_size(in_dtype);
     s->cases = 0;
@@ -181,18 +119,18 @@ static void state_begin(state *s, tk_dtype in_dtype) {
     s->want = host_alloc(out_bytes + TAIL_BYTES);
     s->got_sf = host_alloc(s->sf_bytes + TAIL_BYTES);
     s->want_sf = host_alloc(s->sf_bytes + TAIL_BYTES);
-    s->device_input = device_alloc(input_bytes);
-    s->device_output = device_alloc(out_bytes + TAIL_BYTES);
-    s->device_sf = device_alloc(s->sf_bytes + TAIL_BYTES);
-    s->device_aux = device_alloc(s->sf_bytes + TAIL_BYTES);
-    CU(cuMemcpyHtoD(s->device_input, s->input, input_bytes));
+    s->device_input = gpu_alloc(&dev, input_bytes);
+    s->device_output = gpu_alloc(&dev, out_bytes + TAIL_BYTES);
+    s->device_sf = gpu_alloc(&dev, s->sf_bytes + TAIL_BYTES);
+    s->device_aux = gpu_alloc(&dev, s->sf_bytes + TAIL_BYTES);
+    CU(&dev, cuMemcpyHtoD(s->device_input, s->input, input_bytes));
 }
 
 static void state_end(state *s) {
-    CU(cuMemFree(s->device_input));
-    CU(cuMemFree(s->device_output));
-    CU(cuMemFree(s->device_sf));
-    CU(cuMemFree(s->device_aux));
+    CU(&dev, cuMemFree(s->device_input));
+    CU(&dev, cuMemFree(s->device_output));
+    CU(&dev, cuMemFree(s->device_sf));
+    CU(&dev, cuMemFree(s->device_aux));
     free(s->input);
     free(s->got);
     free(s->want);
@@ -223,9 +161,9 @@ static void cast_case(state *s, tk_dtype format, int64_t tokens, int64_t hidden,
     check_status(tk_sf_desc(tokens, hidden, 1, npc, layout, &sf, &sf_bytes), "tk_sf_desc");
     cr_assert_eq(sf_bytes, shape.bytes);
     sf.data = (void *)(uintptr_t)s->device_sf;
-    tk_tensor x = tensor2(s->device_input, s->in_dtype, tokens, hidden, stride, 1);
+    tk_tensor x = gpu_tensor2(s->device_input, s->in_dtype, tokens, hidden, stride, 1);
     int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
-    tk_tensor out = tensor2(s->device_output, format == TK_E2M1 ? TK_I8 : TK_E4M3, tokens,
+    tk_tensor out = gpu_tensor2(s->device_output, format == TK_E2M1 ? TK_I8 : TK_E4M3, tokens,
                             out_cols, out_cols, 1);
     check_status(tk_per_token_cast(&x, npc, round_sf, layout, &out, &sf, NULL), what);
     download(s->got, s->device_output, out_bytes, what);
@@ -249,12 +187,6 @@ static const struct {
     {true, TK_SF_COL_MAJOR},
 };
 #define NUM_MODES 4
-
-/* Copies bytes to the device; nothing to do for an empty matrix. */
-static void upload(CUdeviceptr device, const void *host, size_t bytes) {
-    if (bytes > 0)
-        CU(cuMemcpyHtoD(device, host, bytes));
-}
 
 /* The one line a test prints (nothing per case): what ran and how long. */
 static void summary(const char *what, int cases, double start) {
@@ -369,7 +301,7 @@ Test(per_token_cast_modes, sf_only_and_precomputed, .timeout = 85) {
                 check_status(tk_sf_desc(tokens, hidden, 1, npc, MODES[m].layout, &sf, NULL),
                              "tk_sf_desc");
                 sf.data = (void *)(uintptr_t)s.device_sf;
-                tk_tensor x = tensor2(s.device_input, TK_BF16, tokens, hidden, hidden, 1);
+                tk_tensor x = gpu_tensor2(s.device_input, TK_BF16, tokens, hidden, hidden, 1);
                 poison(s.device_sf, shape.bytes);
                 check_status(tk_per_token_cast_with_sf_only(&x, format, npc, MODES[m].round_sf,
                                                             MODES[m].layout, &sf, NULL),
@@ -382,12 +314,12 @@ Test(per_token_cast_modes, sf_only_and_precomputed, .timeout = 85) {
                 /* precomputed: the reference's scales, uploaded */
                 snprintf(what, sizeof what, "precomputed %s H=%ld npc=%d round=%d",
                          dtype_name(format), (long)hidden, npc, MODES[m].round_sf);
-                upload(s.device_aux, s.want_sf, shape.bytes);
+                gpu_upload(&dev, s.device_aux, s.want_sf, shape.bytes);
                 tk_tensor pre = sf;
                 pre.data = (void *)(uintptr_t)s.device_aux;
                 int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
                 size_t out_bytes = (size_t)tokens * (size_t)out_cols;
-                tk_tensor out = tensor2(s.device_output, f ? TK_I8 : TK_E4M3, tokens, out_cols,
+                tk_tensor out = gpu_tensor2(s.device_output, f ? TK_I8 : TK_E4M3, tokens, out_cols,
                                         out_cols, 1);
                 poison(s.device_output, out_bytes);
                 check_status(tk_per_token_cast_with_precomputed_sf(&x, npc, &pre, &out, NULL),
@@ -431,7 +363,7 @@ Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 85) {
     size_t data_bytes = (size_t)MAX_TOKENS * MAX_HIDDEN;
     uint8_t *data = host_alloc(data_bytes);
     unsigned char *in_sf = host_alloc(s.sf_bytes);
-    CUdeviceptr device_data = device_alloc(data_bytes);
+    CUdeviceptr device_data = gpu_alloc(&dev, data_bytes);
     static const int BLOCKS[][2] = {{128, 128}, {32, 32}};
     static const tk_sf_layout IN_LAYOUTS[] = {TK_SF_ROW_MAJOR, TK_SF_COL_MAJOR,
                                               TK_SF_PACKED_UE8M0};
@@ -443,7 +375,7 @@ Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 85) {
                 data[i] = (uint8_t)(ref_rng_next(&(ref_rng){test_seed() * 31 + i}) >> 24);
         else
             ref_fill_rand_e4m3(data, (int64_t)data_bytes, test_seed() + 8000);
-        upload(device_data, data, data_bytes);
+        gpu_upload(&dev, device_data, data, data_bytes);
         /* 2 formats x 3 input layouts x 2 blocks = 12 combinations, npc
          * rotating on its own cycle, over 29 cases per input kind */
         int i = kind * 5;
@@ -476,7 +408,7 @@ Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 85) {
                     cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, out_layout, &shape));
                     random_scales(in_sf, &in_shape, IN_LAYOUTS[l] != TK_SF_COL_MAJOR,
                                   test_seed() + (uint64_t)(t * 1000 + h * 10 + b));
-                    upload(s.device_aux, in_sf, in_shape.bytes);
+                    gpu_upload(&dev, s.device_aux, in_sf, in_shape.bytes);
                     tk_tensor x_sf, sf;
                     check_status(tk_sf_desc(tokens, hidden, BLOCKS[b][0], BLOCKS[b][1],
                                             IN_LAYOUTS[l], &x_sf, NULL),
@@ -486,11 +418,11 @@ Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 85) {
                                  "tk_sf_desc");
                     sf.data = (void *)(uintptr_t)s.device_sf;
                     int64_t data_cols = kind ? hidden / 2 : hidden;
-                    tk_tensor x = tensor2(device_data, kind ? TK_I8 : TK_E4M3, tokens,
+                    tk_tensor x = gpu_tensor2(device_data, kind ? TK_I8 : TK_E4M3, tokens,
                                           data_cols, data_cols, 1);
                     int64_t out_cols = (int64_t)out_row_bytes(format, hidden);
                     size_t out_bytes = (size_t)tokens * (size_t)out_cols;
-                    tk_tensor out = tensor2(s.device_output, f ? TK_I8 : TK_E4M3, tokens,
+                    tk_tensor out = gpu_tensor2(s.device_output, f ? TK_I8 : TK_E4M3, tokens,
                                             out_cols, out_cols, 1);
                     poison(s.device_output, out_bytes);
                     poison(s.device_sf, shape.bytes);
@@ -510,7 +442,7 @@ Test(per_token_cast_quantized, e4m3_and_fp4_input, .timeout = 85) {
                 }
     }
     summary("per_token_cast_quantized", s.cases, start);
-    CU(cuMemFree(device_data));
+    CU(&dev, cuMemFree(device_data));
     free(data);
     free(in_sf);
     state_end(&s);
@@ -525,7 +457,7 @@ Test(cast_back_e2m1, every_layout_and_block, .timeout = 85) {
     size_t data_bytes = (size_t)MAX_TOKENS * MAX_HIDDEN / 2;
     uint8_t *data = host_alloc(data_bytes);
     unsigned char *sf = host_alloc(s.sf_bytes);
-    CUdeviceptr device_data = device_alloc(data_bytes);
+    CUdeviceptr device_data = gpu_alloc(&dev, data_bytes);
     static const int BLOCKS[][2] = {{1, 128}, {1, 0 /* H */}, {1, 32}, {1, 16},
                                     {128, 128}, {32, 32}};
     static const tk_sf_layout LAYOUTS[] = {TK_SF_ROW_MAJOR, TK_SF_COL_MAJOR, TK_SF_PACKED_UE8M0};
@@ -557,8 +489,8 @@ Test(cast_back_e2m1, every_layout_and_block, .timeout = 85) {
                 }
                 /* exactly the bytes each buffer holds (device_data has
                  * data_bytes, room for 8001 x 7168 and no more) */
-                upload(device_data, data, packed_bytes);
-                upload(s.device_aux, sf, shape.bytes);
+                gpu_upload(&dev, device_data, data, packed_bytes);
+                gpu_upload(&dev, s.device_aux, sf, shape.bytes);
                 tk_dtype out_dtype = o ? TK_F32 : TK_BF16;
                 char what[200];
                 snprintf(what, sizeof what, "cast_back e2m1->%s T=%ld H=%ld block=%dx%d sf=%s",
@@ -568,10 +500,10 @@ Test(cast_back_e2m1, every_layout_and_block, .timeout = 85) {
                 check_status(tk_sf_desc(tokens, hidden, bm, bk, LAYOUTS[l], &sf_desc, NULL),
                              "tk_sf_desc");
                 sf_desc.data = (void *)(uintptr_t)s.device_aux;
-                tk_tensor x = tensor2(device_data, TK_I8, tokens, hidden / 2, hidden / 2, 1);
+                tk_tensor x = gpu_tensor2(device_data, TK_I8, tokens, hidden / 2, hidden / 2, 1);
                 size_t out_size = tk_dtype_size(out_dtype);
                 size_t out_bytes = (size_t)(tokens * hidden) * out_size;
-                tk_tensor out = tensor2(s.device_output, out_dtype, tokens, hidden, hidden, 1);
+                tk_tensor out = gpu_tensor2(s.device_output, out_dtype, tokens, hidden, hidden, 1);
                 poison(s.device_output, out_bytes);
                 tk_status status = bm == 1 ? tk_per_token_cast_back(&x, &sf_desc, bk, &out, NULL)
                                            : tk_cast_back(&x, &sf_desc, bm, bk, &out, NULL);
@@ -583,7 +515,7 @@ Test(cast_back_e2m1, every_layout_and_block, .timeout = 85) {
                 s.cases++;
             }
     summary("cast_back e2m1", s.cases, start);
-    CU(cuMemFree(device_data));
+    CU(&dev, cuMemFree(device_data));
     free(data);
     free(sf);
     state_end(&s);
@@ -663,13 +595,13 @@ static int allocation_count;
 static void *memory(size_t bytes) {
     if (!have_device)
         return (void *)(uintptr_t)(4096 * (1 + allocation_count++));
-    CUdeviceptr ptr = device_alloc(bytes);
+    CUdeviceptr ptr = gpu_alloc(&dev, bytes);
     allocations[allocation_count++] = ptr;
     return (void *)(uintptr_t)ptr;
 }
 
 static tk_tensor matrix(tk_dtype dtype, int64_t rows, int64_t cols, int64_t stride) {
-    tk_tensor t = tensor2(0, dtype, rows, cols, stride, 1);
+    tk_tensor t = gpu_tensor2(0, dtype, rows, cols, stride, 1);
     t.data = memory((size_t)(rows * stride) * tk_dtype_size(dtype) + 64);
     return t;
 }
@@ -686,7 +618,7 @@ static void expect_pick(tk_status status, const char *instance, const char *what
     cr_assert_str_eq(tk__last_instance(), instance, "%s", what);
     if (have_device) {
         cr_assert_eq(status, TK_SUCCESS, "%s: %s", what, tk_last_error());
-        CU(cuCtxSynchronize());
+        CU(&dev, cuCtxSynchronize());
     } else {
         cr_assert_eq(status, TK_ERROR_NO_DEVICE, "%s: got %s (%s)", what,
                      tk_status_string(status), tk_last_error());
@@ -696,7 +628,7 @@ static void expect_pick(tk_status status, const char *instance, const char *what
 Test(fp4_api, picks_instances) {
     have_device = tk_device_check() == TK_SUCCESS;
     if (have_device)
-        cr_assert_eq(tk__driver(&api), TK_SUCCESS);
+        cr_assert_eq(tk__driver(&dev.api), TK_SUCCESS);
     allocation_count = 0;
     const int64_t T = 40, H = 512;
     tk_tensor x = matrix(TK_BF16, T, H, H), xs = matrix(TK_F32, T, H, H + 1);
@@ -734,5 +666,5 @@ Test(fp4_api, picks_instances) {
     expect_pick(tk_per_token_cast_back(&fp4, &packed32, 32, &back, NULL), "cast_back_fp4__f32",
                 "cast_back e2m1 -> f32");
     for (int i = 0; have_device && i < allocation_count; i++)
-        CU(cuMemFree(allocations[i]));
+        CU(&dev, cuMemFree(allocations[i]));
 }

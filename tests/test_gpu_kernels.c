@@ -32,11 +32,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu_harness.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
 
-#define TAIL_BYTES 256 /* checked-untouched bytes after every output */
+#define TAIL_BYTES GPU_TAIL_BYTES /* checked-untouched bytes after every output */
 #define POISON 0xFF
 
 static const int64_t HIDDEN[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
@@ -46,108 +47,37 @@ static const int64_t TRANSPOSE_TOKENS[] = {0, 4032, 8064};
 #define MAX_HIDDEN 7168
 #define MAX_TOKENS 8064
 
-/* ---- environment ------------------------------------------------------- */
-
-static uint64_t test_seed(void) {
-    const char *env = getenv("TK_TEST_SEED");
-    return env ? strtoull(env, NULL, 0) : 0;
-}
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* ---- device helpers ------------------------------------------------------ */
 
-typedef struct gpu {
-    const tk__driver_api *api;
-} gpu;
+/* This file's poison byte and tail message for the shared harness. */
+static void download_output(const gpu *g, void *host, CUdeviceptr device, size_t bytes,
+                            const char *what) {
+    gpu_download(g, host, device, bytes, POISON, " of the output", what);
+}
 
 typedef struct device_buffer {
     CUdeviceptr ptr;
     size_t bytes;
 } device_buffer;
 
-static void check_cu(const gpu *g, CUresult result, const char *what) {
-    if (result == CUDA_SUCCESS)
-        return;
-    const char *message = "?";
-    if (g->api->cuGetErrorString)
-        g->api->cuGetErrorString(result, &message);
-    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
-}
-#define CU(g, call) check_cu((g), (g)->api->call, #call)
-
-/* Skips the test without a device; otherwise makes a context current. */
-static gpu gpu_begin(void) {
-    gpu g;
-    if (tk_device_check() != TK_SUCCESS)
-        cr_skip_test("no usable CUDA device: %s", tk_last_error());
-    tk_status status = tk__driver(&g.api);
-    cr_assert_eq(status, TK_SUCCESS, "tk__driver: %s", tk_last_error());
-    return g;
-}
-
 static device_buffer device_alloc(const gpu *g, size_t bytes) {
-    device_buffer buffer = {0, bytes};
-    CU(g, cuMemAlloc(&buffer.ptr, bytes ? bytes : 1));
+    device_buffer buffer = {gpu_alloc(g, bytes), bytes};
     return buffer;
 }
 
 static void device_free(const gpu *g, device_buffer *buffer) {
-    if (buffer->ptr)
-        CU(g, cuMemFree(buffer->ptr));
-    buffer->ptr = 0;
-}
-
-static void *host_alloc(size_t bytes) {
-    void *memory = malloc(bytes ? bytes : 1);
-    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
-    return memory;
+    gpu_free(g, &buffer->ptr);
 }
 
 static void *device_address(CUdeviceptr ptr) { return (void *)(uintptr_t)ptr; }
 
-static tk_tensor tensor2(CUdeviceptr data, tk_dtype dtype, int64_t d0, int64_t d1,
-                         int64_t s0, int64_t s1) {
-    tk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = device_address(data);
-    t.dtype = dtype;
-    t.rank = 2;
-    t.shape[0] = d0;
-    t.shape[1] = d1;
-    t.strides[0] = s0;
-    t.strides[1] = s1;
-    return t;
-}
-
 static tk_tensor tensor3(CUdeviceptr data, tk_dtype dtype, int64_t d0, int64_t d1,
                          int64_t d2, int64_t s0, int64_t s1, int64_t s2) {
-    tk_tensor t = tensor2(data, dtype, d0, d1, s0, s1);
+    tk_tensor t = gpu_tensor2(data, dtype, d0, d1, s0, s1);
     t.rank = 3;
     t.shape[2] = d2;
     t.strides[2] = s2;
     return t;
-}
-
-static void check_status(tk_status status, const char *what) {
-    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
-                 tk_last_error());
-}
-
-/* Synchronises (so that asynchronous faults surface here) and downloads
- * `bytes` of output plus the tail, which must still be poisoned. */
-static void download_output(const gpu *g, void *host, CUdeviceptr device, size_t bytes,
-                            const char *what) {
-    CU(g, cuCtxSynchronize());
-    CU(g, cuMemcpyDtoH(host, device, bytes + TAIL_BYTES));
-    const unsigned char *tail = (const unsigned char *)host + bytes;
-    for (size_t i = 0; i < TAIL_BYTES; i++)
-        cr_assert_eq(tail[i], POISON, "%s: wrote past the end of the output (byte %zu after)",
-                     what, i);
 }
 
 /* ---- comparison ------------------------------------------------------------ */
@@ -209,24 +139,6 @@ static void expect_equal_sf(const ref_sf_shape *shape, const unsigned char *got,
         }
 }
 
-static const char *dtype_name(tk_dtype dtype) {
-    switch (dtype) {
-    case TK_F32: return "f32";
-    case TK_BF16: return "bf16";
-    case TK_E4M3: return "e4m3";
-    default: return "?";
-    }
-}
-
-static const char *layout_name(tk_sf_layout layout) {
-    switch (layout) {
-    case TK_SF_ROW_MAJOR: return "row";
-    case TK_SF_COL_MAJOR: return "col";
-    case TK_SF_PACKED_UE8M0: return "packed";
-    }
-    return "?";
-}
-
 /* Random input of `count` elements: normals times powers of two for
  * floats, finite non-zero codes for e4m3. */
 static void fill_input(void *host, tk_dtype dtype, size_t count, uint64_t seed) {
@@ -280,7 +192,7 @@ static void transpose_case(transpose_state *s, bool batched, int64_t batches, in
                            int64_t cols, int64_t stride) {
     char what[160];
     snprintf(what, sizeof what, "%s %s B=%ld X=%ld Y=%ld stride=%ld",
-             batched ? "batched_transpose" : "transpose", dtype_name(s->dtype),
+             batched ? "batched_transpose" : "transpose", gpu_dtype_name(s->dtype),
              (long)batches, (long)rows, (long)cols, (long)stride);
     size_t out_bytes = (size_t)(batches * rows * cols) * s->element_size;
     CU(&s->g, cuMemsetD8(s->device_output.ptr, POISON, out_bytes + TAIL_BYTES));
@@ -292,8 +204,8 @@ static void transpose_case(transpose_state *s, bool batched, int64_t batches, in
                                 cols * rows, rows, 1);
         status = tk_batched_transpose(&x, &out, NULL);
     } else {
-        tk_tensor x = tensor2(s->device_input.ptr, s->dtype, rows, cols, stride, 1);
-        tk_tensor out = tensor2(s->device_output.ptr, s->dtype, cols, rows, rows, 1);
+        tk_tensor x = gpu_tensor2(s->device_input.ptr, s->dtype, rows, cols, stride, 1);
+        tk_tensor out = gpu_tensor2(s->device_output.ptr, s->dtype, cols, rows, rows, 1);
         status = tk_transpose(&x, &out, NULL);
     }
     check_status(status, what);
@@ -323,7 +235,7 @@ static void run_batched_transpose(tk_dtype dtype) {
     /* an empty batch launches nothing */
     transpose_case(&s, true, 0, 4032, 576, 576);
     cr_log_info("batched_transpose %s: %d cases in %.1f s (element size %zu)",
-                dtype_name(dtype), s.cases, now_seconds() - start, element_size);
+                gpu_dtype_name(dtype), s.cases, now_seconds() - start, element_size);
     transpose_end(&s);
 }
 
@@ -343,7 +255,7 @@ Test(transpose, two_d_contiguous_and_strided, .timeout = 1800) {
                 /* a view with row stride 2 * hidden, as TileKernels tests */
                 transpose_case(&s, false, 1, TRANSPOSE_TOKENS[t], HIDDEN[h], 2 * HIDDEN[h]);
             }
-        cr_log_info("transpose %s: %d cases in %.1f s", dtype_name(dtypes[d]), s.cases,
+        cr_log_info("transpose %s: %d cases in %.1f s", gpu_dtype_name(dtypes[d]), s.cases,
                     now_seconds() - start);
         transpose_end(&s);
     }
@@ -414,8 +326,8 @@ static void cast_launch(cast_state *s, CUdeviceptr input, int64_t tokens, int64_
     cr_assert_eq(sf_bytes, shape->bytes, "%s: tk_sf_desc gives %zu bytes, reference %zu", what,
                  sf_bytes, shape->bytes);
     sf.data = device_address(s->device_sf.ptr);
-    tk_tensor x = tensor2(input, s->in_dtype, tokens, hidden, stride, 1);
-    tk_tensor out = tensor2(s->device_output.ptr, TK_E4M3, tokens, hidden, hidden, 1);
+    tk_tensor x = gpu_tensor2(input, s->in_dtype, tokens, hidden, stride, 1);
+    tk_tensor out = gpu_tensor2(s->device_output.ptr, TK_E4M3, tokens, hidden, hidden, 1);
     check_status(tk_per_token_cast(&x, npc, round_sf, layout, &out, &sf, NULL), what);
     download_output(&s->g, s->got, s->device_output.ptr, (size_t)(tokens * hidden), what);
     download_output(&s->g, s->got_sf, s->device_sf.ptr, shape->bytes, what);
@@ -426,8 +338,8 @@ static void cast_case(cast_state *s, int64_t tokens, int64_t hidden, int64_t str
     char what[200];
     snprintf(what, sizeof what,
              "per_token_cast %s->e4m3 T=%ld H=%ld stride=%ld npc=%d round=%d sf=%s",
-             dtype_name(s->in_dtype), (long)tokens, (long)hidden, (long)stride, npc,
-             round_sf, layout_name(layout));
+             gpu_dtype_name(s->in_dtype), (long)tokens, (long)hidden, (long)stride, npc,
+             round_sf, gpu_layout_name(layout));
     ref_sf_shape shape;
     cr_assert(ref_sf_shape_of(tokens, hidden, 1, npc, layout, &shape));
     cast_launch(s, s->device_input.ptr, tokens, hidden, stride, npc, round_sf, layout, &shape,
@@ -471,7 +383,7 @@ static void run_per_token_cast(tk_dtype in_dtype) {
                 cast_case(&s, 4001, HIDDEN[h], HIDDEN[h] + 1, NPC[n], CAST_MODES[m].round_sf,
                           CAST_MODES[m].layout);
             }
-    cr_log_info("per_token_cast %s: %d cases in %.1f s", dtype_name(in_dtype), s.cases,
+    cr_log_info("per_token_cast %s: %d cases in %.1f s", gpu_dtype_name(in_dtype), s.cases,
                 now_seconds() - start);
     cast_end(&s);
 }
@@ -495,8 +407,8 @@ Test(per_token_cast, strided_equals_contiguous, .timeout = 1800) {
                     char what[200];
                     snprintf(what, sizeof what,
                              "per_token_cast %s T=%ld H=%ld stride %ld vs contiguous sf=%s",
-                             dtype_name(dtypes[d]), (long)tokens, (long)hidden, (long)stride,
-                             layout_name(CAST_MODES[m].layout));
+                             gpu_dtype_name(dtypes[d]), (long)tokens, (long)hidden, (long)stride,
+                             gpu_layout_name(CAST_MODES[m].layout));
                     /* the contiguous copy of the strided view */
                     unsigned char *contiguous = host_alloc((size_t)(tokens * hidden) * s.in_size);
                     for (int64_t r = 0; r < tokens; r++)
@@ -543,8 +455,8 @@ static void cast_back_case(cast_back_state *s, int64_t tokens, int64_t hidden, i
                            tk_sf_layout layout, const unsigned char *sf, bool per_token_entry) {
     char what[200];
     snprintf(what, sizeof what, "%s e4m3->%s T=%ld H=%ld block=%dx%d sf=%s",
-             per_token_entry ? "per_token_cast_back" : "cast_back", dtype_name(s->out_dtype),
-             (long)tokens, (long)hidden, bm, bk, layout_name(layout));
+             per_token_entry ? "per_token_cast_back" : "cast_back", gpu_dtype_name(s->out_dtype),
+             (long)tokens, (long)hidden, bm, bk, gpu_layout_name(layout));
     ref_sf_shape shape;
     cr_assert(ref_sf_shape_of(tokens, hidden, bm, bk, layout, &shape));
     CU(&s->g, cuMemcpyHtoD(s->device_sf.ptr, sf, shape.bytes ? shape.bytes : 1));
@@ -554,8 +466,8 @@ static void cast_back_case(cast_back_state *s, int64_t tokens, int64_t hidden, i
     size_t sf_bytes = 0;
     check_status(tk_sf_desc(tokens, hidden, bm, bk, layout, &sf_desc, &sf_bytes), "tk_sf_desc");
     sf_desc.data = device_address(s->device_sf.ptr);
-    tk_tensor x = tensor2(s->device_x.ptr, TK_E4M3, tokens, hidden, hidden, 1);
-    tk_tensor out = tensor2(s->device_output.ptr, s->out_dtype, tokens, hidden, hidden, 1);
+    tk_tensor x = gpu_tensor2(s->device_x.ptr, TK_E4M3, tokens, hidden, hidden, 1);
+    tk_tensor out = gpu_tensor2(s->device_output.ptr, s->out_dtype, tokens, hidden, hidden, 1);
     tk_status status = per_token_entry ? tk_per_token_cast_back(&x, &sf_desc, bk, &out, NULL)
                                        : tk_cast_back(&x, &sf_desc, bm, bk, &out, NULL);
     check_status(status, what);
@@ -634,7 +546,7 @@ static void run_cast_back(tk_dtype out_dtype) {
             for (int b = 0; b < 6; b++)
                 cast_back_shape(&s, TOKENS[t], HIDDEN[h], CAST_BACK_BLOCKS[b][0],
                                 CAST_BACK_BLOCKS[b][1]);
-    cr_log_info("cast_back e4m3->%s: %d cases in %.1f s", dtype_name(out_dtype), s.cases,
+    cr_log_info("cast_back e4m3->%s: %d cases in %.1f s", gpu_dtype_name(out_dtype), s.cases,
                 now_seconds() - start);
     device_free(&s.g, &s.device_x);
     device_free(&s.g, &s.device_sf);

@@ -40,12 +40,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_harness.h"
 #include "moe_fused.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
 
-#define TAIL_BYTES 256
+#define TAIL_BYTES GPU_TAIL_BYTES
 #define POISON 0xFF
 
 static const int64_t HIDDEN[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
@@ -55,50 +56,11 @@ static const int64_t HIDDEN[] = {576, 2048, 2560, 3072, 4096, 6144, 7168};
 
 /* ---- environment and device helpers ----------------------------------------- */
 
-static uint64_t test_seed(void) {
-    const char *env = getenv("TK_TEST_SEED");
-    return env ? strtoull(env, NULL, 0) : 0;
-}
+static gpu dev; /* set by gpu_begin */
 
-static const tk__driver_api *cu;
-
-static void check_cu(CUresult result, const char *what) {
-    if (result == CUDA_SUCCESS)
-        return;
-    const char *message = "?";
-    if (cu->cuGetErrorString)
-        cu->cuGetErrorString(result, &message);
-    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
-}
-#define CU(call) check_cu(cu->call, #call)
-
-static void gpu_begin(void) {
-    if (tk_device_check() != TK_SUCCESS)
-        cr_skip_test("no usable CUDA device: %s", tk_last_error());
-    cr_assert_eq(tk__driver(&cu), TK_SUCCESS, "tk__driver: %s", tk_last_error());
-}
-
-static CUdeviceptr device_alloc(size_t bytes) {
-    CUdeviceptr ptr = 0;
-    CU(cuMemAlloc(&ptr, bytes ? bytes : 1));
-    return ptr;
-}
-
-static void device_free(CUdeviceptr *ptr) {
-    if (*ptr)
-        CU(cuMemFree(*ptr));
-    *ptr = 0;
-}
-
-static void *host_alloc(size_t bytes) {
-    void *memory = malloc(bytes ? bytes : 1);
-    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
-    return memory;
-}
-
-static void upload(CUdeviceptr dst, const void *src, size_t bytes) {
-    if (bytes)
-        CU(cuMemcpyHtoD(dst, src, bytes));
+/* This file's poison byte and tail message for the shared harness. */
+static void download(void *host, CUdeviceptr device, size_t bytes, const char *what) {
+    gpu_download(&dev, host, device, bytes, POISON, " of the output", what);
 }
 
 static tk_tensor tensor(CUdeviceptr data, tk_dtype dtype, int rank, int64_t d0, int64_t d1,
@@ -113,21 +75,6 @@ static tk_tensor tensor(CUdeviceptr data, tk_dtype dtype, int rank, int64_t d0, 
     t.strides[0] = s0;
     t.strides[1] = s1;
     return t;
-}
-
-static void check_status(tk_status status, const char *what) {
-    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
-                 tk_last_error());
-}
-
-/* Synchronises, downloads `bytes` plus the tail and checks the tail. */
-static void download(void *host, CUdeviceptr device, size_t bytes, const char *what) {
-    CU(cuCtxSynchronize());
-    CU(cuMemcpyDtoH(host, device, bytes + TAIL_BYTES));
-    const unsigned char *tail = (const unsigned char *)host + bytes;
-    for (size_t i = 0; i < TAIL_BYTES; i++)
-        cr_assert_eq(tail[i], POISON, "%s: wrote past the end of the output (byte %zu after)",
-                     what, i);
 }
 
 /* Byte-exact comparison of rows x row_bytes; reports the first mismatch. */
@@ -200,15 +147,16 @@ static void routing_begin(routing *r, const ref_moe_params *params, int alignmen
              params->topk, experts, params->total_experts, params->ep_ranks, (long)r->tokens,
              (long)r->map.expanded);
     size_t map_bytes = (size_t)(r->tokens * params->topk) * sizeof(int32_t);
-    r->token_topk_to_pos = device_alloc(map_bytes);
-    upload(r->token_topk_to_pos, r->map.token_topk_to_pos, map_bytes);
-    r->pos_to_expert = device_alloc((size_t)r->map.expanded * sizeof(int32_t));
-    upload(r->pos_to_expert, r->map.pos_to_expert, (size_t)r->map.expanded * sizeof(int32_t));
+    r->token_topk_to_pos = gpu_alloc(&dev, map_bytes);
+    gpu_upload(&dev, r->token_topk_to_pos, r->map.token_topk_to_pos, map_bytes);
+    r->pos_to_expert = gpu_alloc(&dev, (size_t)r->map.expanded * sizeof(int32_t));
+    gpu_upload(&dev, r->pos_to_expert, r->map.pos_to_expert,
+               (size_t)r->map.expanded * sizeof(int32_t));
 }
 
 static void routing_end(routing *r) {
-    device_free(&r->token_topk_to_pos);
-    device_free(&r->pos_to_expert);
+    gpu_free(&dev, &r->token_topk_to_pos);
+    gpu_free(&dev, &r->pos_to_expert);
     ref_moe_mapping_free(&r->map);
     free(r->topk_idx);
 }
@@ -407,28 +355,28 @@ static void expand_begin(expand_state *s, const ref_moe_params *params, uint64_t
     size_t x_bytes = (size_t)s->r.tokens * s->max_stride;
     s->x = host_alloc(x_bytes);
     fill_bits(s->x, s->r.tokens, s->max_stride, seed + 1);
-    s->device_x = device_alloc(x_bytes);
-    upload(s->device_x, s->x, x_bytes);
+    s->device_x = gpu_alloc(&dev, x_bytes);
+    gpu_upload(&dev, s->device_x, s->x, x_bytes);
     s->out_capacity = (size_t)s->r.map.expanded * max_row;
     s->got = host_alloc(s->out_capacity + TAIL_BYTES);
     s->want = host_alloc(s->out_capacity);
-    s->device_out = device_alloc(s->out_capacity + TAIL_BYTES);
+    s->device_out = gpu_alloc(&dev, s->out_capacity + TAIL_BYTES);
     /* scales: column-major buffers pad the rows to a multiple of 4 */
     s->sf_words = words;
     s->sf_capacity = (size_t)((s->r.map.expanded + 3) / 4 * 4) * (size_t)words * 4;
     s->x_sf = host_alloc((size_t)(s->r.tokens * words) * 4);
     fill_bits(s->x_sf, s->r.tokens, (size_t)words * 4, seed + 2);
-    s->device_x_sf = device_alloc((size_t)(s->r.tokens * words) * 4);
+    s->device_x_sf = gpu_alloc(&dev, (size_t)(s->r.tokens * words) * 4);
     s->got_sf = host_alloc(s->sf_capacity + TAIL_BYTES);
     s->want_sf = host_alloc(s->sf_capacity);
-    s->device_out_sf = device_alloc(s->sf_capacity + TAIL_BYTES);
+    s->device_out_sf = gpu_alloc(&dev, s->sf_capacity + TAIL_BYTES);
 }
 
 static void expand_end(expand_state *s) {
-    device_free(&s->device_x);
-    device_free(&s->device_out);
-    device_free(&s->device_x_sf);
-    device_free(&s->device_out_sf);
+    gpu_free(&dev, &s->device_x);
+    gpu_free(&dev, &s->device_out);
+    gpu_free(&dev, &s->device_x_sf);
+    gpu_free(&dev, &s->device_out_sf);
     free(s->x);
     free(s->got);
     free(s->want);
@@ -459,7 +407,7 @@ static void expand_case(expand_state *s, tk_dtype dtype, int64_t hidden, int64_t
              (long)hidden, (long)stride, s->r.label);
     size_t out_bytes = (size_t)n * row_bytes;
     cr_assert(out_bytes <= s->out_capacity && (size_t)stride * size <= s->max_stride);
-    CU(cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
+    CU(&dev, cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
     tk_tensor x = tensor(s->device_x, dtype, 2, s->r.tokens, hidden, stride, 1);
     tk_tensor out = tensor(s->device_out, dtype, 2, n, hidden, hidden, 1);
     tk_tensor positions = routing_positions(&s->r), experts = routing_experts(&s->r);
@@ -484,7 +432,7 @@ static void expand_sf_case(expand_state *s, int64_t hidden, int64_t stride, int 
              (long)hidden, (long)stride, npc, layout_names[layout], s->r.label);
     cr_assert(words <= s->sf_words && (size_t)stride <= s->max_stride);
     /* x_sf is (tokens, words) contiguous: the first tokens * words words */
-    upload(s->device_x_sf, s->x_sf, (size_t)(tokens * words) * 4);
+    gpu_upload(&dev, s->device_x_sf, s->x_sf, (size_t)(tokens * words) * 4);
     tk_tensor out_sf;
     size_t sf_bytes = 0;
     check_status(tk_sf_desc(n, hidden, 1, npc, layout, &out_sf, &sf_bytes), "tk_sf_desc");
@@ -492,8 +440,8 @@ static void expand_sf_case(expand_state *s, int64_t hidden, int64_t stride, int 
     out_sf.data = (void *)(uintptr_t)s->device_out_sf;
     size_t out_bytes = (size_t)(n * hidden);
     cr_assert(out_bytes <= s->out_capacity);
-    CU(cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
-    CU(cuMemsetD8(s->device_out_sf, POISON, sf_bytes + TAIL_BYTES));
+    CU(&dev, cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
+    CU(&dev, cuMemsetD8(s->device_out_sf, POISON, sf_bytes + TAIL_BYTES));
     tk_tensor x = tensor(s->device_x, TK_E4M3, 2, tokens, hidden, stride, 1);
     tk_tensor x_sf = tensor(s->device_x_sf, layout == TK_SF_PACKED_UE8M0 ? TK_I32 : TK_F32, 2,
                             tokens, words, words, 1);
@@ -544,7 +492,7 @@ static ref_moe_params base_params(int topk, int total, int ranks) {
 }
 
 Test(expand_to_fused, base_params, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     ref_moe_params params[128];
     int count = moe_params(params, false);
     for (int i = 0; i < count; i++) {
@@ -555,7 +503,7 @@ Test(expand_to_fused, base_params, .timeout = 600) {
 }
 
 Test(expand_to_fused, anchor_shape, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     ref_moe_params params = base_params(8, 256, 8);
     expand_spec specs[MAX_SPECS];
     int n = expand_anchor_plan(specs);
@@ -563,7 +511,7 @@ Test(expand_to_fused, anchor_shape, .timeout = 600) {
 }
 
 Test(expand_to_fused, elementwise_rows, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     ref_moe_params params = base_params(2, 72, 8);
     expand_spec specs[MAX_SPECS];
     int n = expand_elementwise_plan(specs);
@@ -573,7 +521,7 @@ Test(expand_to_fused, elementwise_rows, .timeout = 600) {
 /* The pressure-mode params are split between the two kernels: the
  * even-numbered ones run here, the odd-numbered ones in reduce_fused. */
 Test(expand_to_fused, pressure_params, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     ref_moe_params params[128];
     int count = moe_params(params, true);
     for (int i = 0; i < count; i += 2) {
@@ -586,9 +534,9 @@ Test(expand_to_fused, pressure_params, .timeout = 600) {
 /* The degenerate pressure case: no tokens.  Nothing is launched and the
  * (empty) outputs are not touched. */
 Test(expand_to_fused, zero_tokens, .timeout = 600) {
-    gpu_begin();
-    CUdeviceptr out = device_alloc(TAIL_BYTES);
-    CU(cuMemsetD8(out, POISON, TAIL_BYTES));
+    dev = gpu_begin();
+    CUdeviceptr out = gpu_alloc(&dev, TAIL_BYTES);
+    CU(&dev, cuMemsetD8(out, POISON, TAIL_BYTES));
     tk_tensor x = tensor(0, TK_BF16, 2, 0, 2048, 2048, 1);
     tk_tensor positions = tensor(0, TK_I32, 2, 0, 1, 1, 1);
     tk_tensor experts = tensor(0, TK_I32, 1, 0, 0, 1, 0);
@@ -605,7 +553,7 @@ Test(expand_to_fused, zero_tokens, .timeout = 600) {
                  "expand_with_sf T=0");
     unsigned char host[TAIL_BYTES + TAIL_BYTES];
     download(host, out, 0, "expand T=0");
-    device_free(&out);
+    gpu_free(&dev, &out);
 }
 
 /* ---- reduce_fused ---------------------------------------------------------------- */
@@ -706,7 +654,7 @@ static void reduce_begin(reduce_state *s, const ref_moe_params *params, uint64_t
     if ((size_t)s->rows * max_row > ((size_t)2 << 30))
         s->rows = s->routed;
     s->x_capacity = (size_t)s->rows * max_row;
-    s->device_x = device_alloc(s->x_capacity);
+    s->device_x = gpu_alloc(&dev, s->x_capacity);
     s->x = host_alloc((size_t)s->routed * max_row);
     s->weights = host_alloc((size_t)(s->r.tokens * topk) * sizeof(float));
     s->x_sf = host_alloc((size_t)s->rows * sizeof(float));
@@ -716,24 +664,24 @@ static void reduce_begin(reduce_state *s, const ref_moe_params *params, uint64_t
     for (int64_t i = 0; i < s->rows; i++)
         s->x_sf[i] = ref_rng_normal(&rng);
     s->sf = ref_rng_normal(&rng);
-    s->device_weights = device_alloc((size_t)(s->r.tokens * topk) * sizeof(float));
-    upload(s->device_weights, s->weights, (size_t)(s->r.tokens * topk) * sizeof(float));
-    s->device_x_sf = device_alloc((size_t)s->rows * sizeof(float));
-    upload(s->device_x_sf, s->x_sf, (size_t)s->rows * sizeof(float));
-    s->device_sf = device_alloc(sizeof(float));
-    upload(s->device_sf, &s->sf, sizeof(float));
+    s->device_weights = gpu_alloc(&dev, (size_t)(s->r.tokens * topk) * sizeof(float));
+    gpu_upload(&dev, s->device_weights, s->weights, (size_t)(s->r.tokens * topk) * sizeof(float));
+    s->device_x_sf = gpu_alloc(&dev, (size_t)s->rows * sizeof(float));
+    gpu_upload(&dev, s->device_x_sf, s->x_sf, (size_t)s->rows * sizeof(float));
+    s->device_sf = gpu_alloc(&dev, sizeof(float));
+    gpu_upload(&dev, s->device_sf, &s->sf, sizeof(float));
     size_t out_bytes = (size_t)s->r.tokens * max_out;
     s->got = host_alloc(out_bytes + TAIL_BYTES);
     s->want = host_alloc(out_bytes);
-    s->device_out = device_alloc(out_bytes + TAIL_BYTES);
+    s->device_out = gpu_alloc(&dev, out_bytes + TAIL_BYTES);
 }
 
 static void reduce_end(reduce_state *s) {
-    device_free(&s->device_x);
-    device_free(&s->device_weights);
-    device_free(&s->device_x_sf);
-    device_free(&s->device_sf);
-    device_free(&s->device_out);
+    gpu_free(&dev, &s->device_x);
+    gpu_free(&dev, &s->device_weights);
+    gpu_free(&dev, &s->device_x_sf);
+    gpu_free(&dev, &s->device_sf);
+    gpu_free(&dev, &s->device_out);
     free(s->x);
     free(s->weights);
     free(s->x_sf);
@@ -753,8 +701,8 @@ static void reduce_input(reduce_state *s, tk_dtype dtype, int64_t stride, uint64
     size_t x_bytes = (size_t)(s->rows * stride) * size;
     cr_assert(x_bytes <= s->x_capacity);
     fill_values(s->x, dtype, s->routed, stride, seed);
-    CU(cuMemsetD8(s->device_x, POISON, x_bytes));
-    upload(s->device_x, s->x, routed_bytes);
+    CU(&dev, cuMemsetD8(s->device_x, POISON, x_bytes));
+    gpu_upload(&dev, s->device_x, s->x, routed_bytes);
     s->x_dtype = dtype;
     s->x_stride = stride;
 }
@@ -772,7 +720,7 @@ static void reduce_case(reduce_state *s, const reduce_spec *spec, tk_stream stre
     reduce_input(s, spec->in, stride, test_seed() + 500 + (uint64_t)stride + (uint64_t)spec->in);
     size_t out_size = tk_dtype_size(spec->out);
     size_t out_bytes = (size_t)(tokens * hidden) * out_size;
-    CU(cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
+    CU(&dev, cuMemsetD8(s->device_out, POISON, out_bytes + TAIL_BYTES));
     tk_tensor x = tensor(s->device_x, spec->in, 2, s->rows, hidden, stride, 1);
     tk_tensor weights = tensor(s->device_weights, TK_F32, 2, tokens, topk, topk, 1);
     tk_tensor x_sf = tensor(s->device_x_sf, TK_F32, 1, s->rows, 0, 1, 0);
@@ -800,7 +748,7 @@ static void reduce_routing(const ref_moe_params *params, uint64_t seed, const re
 }
 
 Test(reduce_fused, base_params, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     ref_moe_params params[128];
     int count = moe_params(params, false);
     for (int i = 0; i < count; i++) {
@@ -811,7 +759,7 @@ Test(reduce_fused, base_params, .timeout = 600) {
 }
 
 Test(reduce_fused, anchor_shape, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     ref_moe_params params = base_params(8, 256, 8);
     reduce_spec specs[MAX_SPECS];
     int n = reduce_anchor_plan(specs);
@@ -822,14 +770,14 @@ Test(reduce_fused, anchor_shape, .timeout = 600) {
 static const ref_moe_params PRODUCT_PARAMS = {4001, 9, 72, 1};
 
 Test(reduce_fused, option_product, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     reduce_spec specs[MAX_SPECS];
     int n = reduce_product_plan(specs);
     reduce_routing(&PRODUCT_PARAMS, test_seed() + 360, specs, n);
 }
 
 Test(reduce_fused, pressure_params, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     ref_moe_params params[128];
     int count = moe_params(params, true);
     for (int i = 1; i < count; i += 2) {
@@ -840,9 +788,9 @@ Test(reduce_fused, pressure_params, .timeout = 600) {
 }
 
 Test(reduce_fused, zero_tokens, .timeout = 600) {
-    gpu_begin();
-    CUdeviceptr out = device_alloc(TAIL_BYTES);
-    CU(cuMemsetD8(out, POISON, TAIL_BYTES));
+    dev = gpu_begin();
+    CUdeviceptr out = gpu_alloc(&dev, TAIL_BYTES);
+    CU(&dev, cuMemsetD8(out, POISON, TAIL_BYTES));
     tk_tensor x = tensor(0, TK_BF16, 2, 0, 2048, 2048, 1);
     tk_tensor positions = tensor(0, TK_I32, 2, 0, 1, 1, 1);
     tk_tensor empty_out = tensor(out, TK_BF16, 2, 0, 2048, 2048, 1);
@@ -850,7 +798,7 @@ Test(reduce_fused, zero_tokens, .timeout = 600) {
                  "reduce T=0");
     unsigned char host[TAIL_BYTES + TAIL_BYTES];
     download(host, out, 0, "reduce T=0");
-    device_free(&out);
+    gpu_free(&dev, &out);
 }
 
 /* ---- what ran ----------------------------------------------------------------------- */
@@ -895,18 +843,18 @@ typedef struct graph {
 } graph;
 
 static void graph_begin(graph *g) {
-    CU(cuStreamCreate(&g->stream, CU_STREAM_NON_BLOCKING));
-    CU(cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU(&dev, cuStreamCreate(&g->stream, CU_STREAM_NON_BLOCKING));
+    CU(&dev, cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
 }
 
 static void graph_replay(graph *g) {
-    CU(cuStreamEndCapture(g->stream, &g->graph));
-    CU(cuGraphInstantiateWithFlags(&g->exec, g->graph, 0));
-    CU(cuGraphLaunch(g->exec, g->stream));
-    CU(cuStreamSynchronize(g->stream));
-    CU(cuGraphExecDestroy(g->exec));
-    CU(cuGraphDestroy(g->graph));
-    CU(cuStreamDestroy(g->stream));
+    CU(&dev, cuStreamEndCapture(g->stream, &g->graph));
+    CU(&dev, cuGraphInstantiateWithFlags(&g->exec, g->graph, 0));
+    CU(&dev, cuGraphLaunch(g->exec, g->stream));
+    CU(&dev, cuStreamSynchronize(g->stream));
+    CU(&dev, cuGraphExecDestroy(g->exec));
+    CU(&dev, cuGraphDestroy(g->graph));
+    CU(&dev, cuStreamDestroy(g->stream));
 }
 
 /* Each entry point captured alone on a non-blocking stream, replayed, and
@@ -914,7 +862,7 @@ static void graph_replay(graph *g) {
  * touch the legacy stream.  A small routing: capture does not depend on
  * the shape. */
 Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
-    gpu_begin();
+    dev = gpu_begin();
     ref_moe_params params = base_params(2, 72, 8);
     int topk = params.topk;
     int64_t hidden = 7168;
@@ -930,8 +878,8 @@ Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
     tk_tensor x = tensor(e.device_x, TK_BF16, 2, tokens, hidden, hidden, 1);
     tk_tensor out = tensor(e.device_out, TK_BF16, 2, n, hidden, hidden, 1);
     check_status(tk_expand_to_fused(&x, &positions, &experts, &out, NULL), "warm-up");
-    CU(cuCtxSynchronize());
-    CU(cuMemsetD8(e.device_out, POISON, out_bytes + TAIL_BYTES));
+    CU(&dev, cuCtxSynchronize());
+    CU(&dev, cuMemsetD8(e.device_out, POISON, out_bytes + TAIL_BYTES));
     graph g;
     graph_begin(&g);
     check_status(tk_expand_to_fused(&x, &positions, &experts, &out, g.stream), "graph expand");
@@ -944,7 +892,7 @@ Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
 
     /* expand_to_fused_with_sf, packed UE8M0 */
     int64_t words = ref_expand_sf_words(hidden, 128, TK_SF_PACKED_UE8M0);
-    upload(e.device_x_sf, e.x_sf, (size_t)(tokens * words) * 4);
+    gpu_upload(&dev, e.device_x_sf, e.x_sf, (size_t)(tokens * words) * 4);
     tk_tensor out_sf;
     size_t sf_bytes = 0;
     check_status(tk_sf_desc(n, hidden, 1, 128, TK_SF_PACKED_UE8M0, &out_sf, &sf_bytes), "desc");
@@ -955,9 +903,9 @@ Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
     check_status(tk_expand_to_fused_with_sf(&x8, &x_sf, 128, &positions, &experts,
                                             TK_SF_PACKED_UE8M0, &out8, &out_sf, NULL),
                  "warm-up");
-    CU(cuCtxSynchronize());
-    CU(cuMemsetD8(e.device_out, POISON, (size_t)(n * hidden) + TAIL_BYTES));
-    CU(cuMemsetD8(e.device_out_sf, POISON, sf_bytes + TAIL_BYTES));
+    CU(&dev, cuCtxSynchronize());
+    CU(&dev, cuMemsetD8(e.device_out, POISON, (size_t)(n * hidden) + TAIL_BYTES));
+    CU(&dev, cuMemsetD8(e.device_out_sf, POISON, sf_bytes + TAIL_BYTES));
     graph_begin(&g);
     check_status(tk_expand_to_fused_with_sf(&x8, &x_sf, 128, &positions, &experts,
                                             TK_SF_PACKED_UE8M0, &out8, &out_sf, g.stream),
@@ -990,8 +938,8 @@ Test(graph, every_entry_point_replays_exactly, .timeout = 600) {
     tk_tensor rout = tensor(r.device_out, TK_E4M3, 2, tokens, hidden, hidden, 1);
     check_status(tk_reduce_fused(&rx, &row_sf, &weights, &reduce_positions, &sf, &rout, NULL),
                  "warm-up");
-    CU(cuCtxSynchronize());
-    CU(cuMemsetD8(r.device_out, POISON, reduce_bytes + TAIL_BYTES));
+    CU(&dev, cuCtxSynchronize());
+    CU(&dev, cuMemsetD8(r.device_out, POISON, reduce_bytes + TAIL_BYTES));
     graph_begin(&g);
     check_status(tk_reduce_fused(&rx, &row_sf, &weights, &reduce_positions, &sf, &rout, g.stream),
                  "graph reduce");

@@ -31,12 +31,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_harness.h"
 #include "moe_gate.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
 
-#define TAIL_BYTES 256
+#define TAIL_BYTES GPU_TAIL_BYTES
 #define POISON 0xFF
 #define GATE_MARGIN 1e-5f   /* >> the few-ulp GPU/CPU expf difference */
 #define MAX_TOKENS 8011
@@ -46,73 +47,27 @@ static const int64_t TOKENS[] = {0, 4001, 8001};
 
 /* ---- device helpers ---------------------------------------------------------- */
 
-typedef struct gpu {
-    const tk__driver_api *api;
-} gpu;
-
-static void check_cu(const gpu *g, CUresult result, const char *what)
-{
-    if (result == CUDA_SUCCESS)
-        return;
-    const char *message = "?";
-    if (g->api->cuGetErrorString)
-        g->api->cuGetErrorString(result, &message);
-    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
-}
-#define CU(g, call) check_cu((g), (g)->api->call, #call)
-
-static gpu gpu_begin(void)
-{
-    gpu g;
-    if (tk_device_check() != TK_SUCCESS)
-        cr_skip_test("no usable CUDA device: %s", tk_last_error());
-    tk_status status = tk__driver(&g.api);
-    cr_assert_eq(status, TK_SUCCESS, "tk__driver: %s", tk_last_error());
-    return g;
-}
-
-static uint64_t test_seed(void)
-{
-    const char *env = getenv("TK_TEST_SEED");
-    return env ? strtoull(env, NULL, 0) : 0;
-}
-
-/* Device memory with room for the poisoned tail. */
+/* Device and host buffers with room for the poisoned tail; this file's
+ * poison byte and tail message for the shared harness. */
 static CUdeviceptr device_alloc(const gpu *g, size_t bytes)
 {
-    CUdeviceptr ptr;
-    CU(g, cuMemAlloc(&ptr, bytes + TAIL_BYTES));
-    return ptr;
+    return gpu_alloc(g, bytes + TAIL_BYTES);
 }
 
-static void *host_alloc(size_t bytes)
+static void *host_buffer(size_t bytes)
 {
-    void *memory = malloc(bytes + TAIL_BYTES);
-    cr_assert(memory != NULL, "out of host memory");
-    return memory;
-}
-
-static void upload(const gpu *g, CUdeviceptr dst, const void *src, size_t bytes)
-{
-    if (bytes)
-        CU(g, cuMemcpyHtoD(dst, src, bytes));
+    return host_alloc(bytes + TAIL_BYTES);
 }
 
 static void poison(const gpu *g, CUdeviceptr ptr, size_t bytes)
 {
-    CU(g, cuMemsetD8(ptr, POISON, bytes + TAIL_BYTES));
+    gpu_poison(g, ptr, bytes, POISON);
 }
 
-/* Synchronises, downloads, and checks that the tail is still poisoned. */
 static void download(const gpu *g, void *host, CUdeviceptr src, size_t bytes,
                      const char *what)
 {
-    CU(g, cuCtxSynchronize());
-    CU(g, cuMemcpyDtoH(host, src, bytes + TAIL_BYTES));
-    const unsigned char *tail = (const unsigned char *)host + bytes;
-    for (size_t i = 0; i < TAIL_BYTES; i++)
-        cr_assert_eq(tail[i], POISON, "%s: wrote past the end (byte %zu after)",
-                     what, i);
+    gpu_download(g, host, src, bytes, POISON, "", what);
 }
 
 static tk_tensor tensor(CUdeviceptr data, tk_dtype dtype, int rank,
@@ -123,12 +78,6 @@ static tk_tensor tensor(CUdeviceptr data, tk_dtype dtype, int rank,
         for (int d = 0; d < rank; d++)
             t.strides[d] = strides[d];
     return t;
-}
-
-static void check_status(tk_status status, const char *what)
-{
-    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
-                 tk_last_error());
 }
 
 static void expect_same_i64(const int64_t *got, const int64_t *want, int64_t rows,
@@ -177,8 +126,8 @@ Test(gpu_moe_gate, topk_gate) {
                                      {4, 1},   {36, 36}, {256, 1}};
     size_t max_scores = (size_t)MAX_TOKENS * 512 * sizeof(float);
     size_t max_out = (size_t)MAX_TOKENS * 36 * sizeof(int64_t);
-    float *scores = host_alloc(max_scores);
-    int64_t *got = host_alloc(max_out), *want = host_alloc(max_out);
+    float *scores = host_buffer(max_scores);
+    int64_t *got = host_buffer(max_out), *want = host_buffer(max_out);
     CUdeviceptr d_scores = device_alloc(&g, max_scores);
     CUdeviceptr d_out = device_alloc(&g, max_out);
     for (int ties = 0; ties < 2; ties++)
@@ -187,7 +136,7 @@ Test(gpu_moe_gate, topk_gate) {
                 int E = configs[c][0], K = configs[c][1];
                 int64_t T = TOKENS[n];
                 fill_scores(scores, T * E, ties, test_seed() + c);
-                upload(&g, d_scores, scores, (size_t)(T * E) * sizeof(float));
+                gpu_upload(&g, d_scores, scores, (size_t)(T * E) * sizeof(float));
                 size_t out_bytes = (size_t)(T * K) * sizeof(int64_t);
                 poison(&g, d_out, out_bytes);
                 tk_tensor x = tensor(d_scores, TK_F32, 2, (int64_t[]){T, E}, NULL);
@@ -215,8 +164,8 @@ Test(gpu_moe_gate, topk_sum_and_topk_group_idx) {
     static const int groups[] = {4, 8, 12, 16};
     size_t max_scores = (size_t)MAX_TOKENS * 256 * sizeof(float);
     size_t max_out = (size_t)MAX_TOKENS * 4 * sizeof(int64_t);
-    float *scores = host_alloc(max_scores);
-    int64_t *got = host_alloc(max_out), *want = host_alloc(max_out);
+    float *scores = host_buffer(max_scores);
+    int64_t *got = host_buffer(max_out), *want = host_buffer(max_out);
     CUdeviceptr d_scores = device_alloc(&g, max_scores);
     CUdeviceptr d_out = device_alloc(&g, max_out);
     for (int ties = 0; ties < 2; ties++)
@@ -229,7 +178,7 @@ Test(gpu_moe_gate, topk_sum_and_topk_group_idx) {
                     int Eg = E / G;
                     int64_t T = TOKENS[n];
                     fill_scores(scores, T * E, ties, test_seed() + 100 + e * 4 + gi);
-                    upload(&g, d_scores, scores, (size_t)(T * E) * sizeof(float));
+                    gpu_upload(&g, d_scores, scores, (size_t)(T * E) * sizeof(float));
                     for (int nsum = 1; nsum <= 2; nsum++)
                         for (int KG = 2; KG <= 4; KG += 2) {
                             size_t out_bytes = (size_t)(T * KG) * sizeof(int64_t);
@@ -266,8 +215,8 @@ Test(gpu_moe_gate, normalize_weight) {
     static const int64_t tokens[] = {0, 4001, 8001, 21726};
     static const int topks[] = {1, 2, 6, 7, 8, 9};
     size_t max_w = (size_t)21726 * 9 * sizeof(float);
-    float *w = host_alloc(max_w), *got = host_alloc(max_w), *want = host_alloc(max_w);
-    float *got_den = host_alloc(21726 * 4), *want_den = host_alloc(21726 * 4);
+    float *w = host_buffer(max_w), *got = host_buffer(max_w), *want = host_buffer(max_w);
+    float *got_den = host_buffer(21726 * 4), *want_den = host_buffer(21726 * 4);
     CUdeviceptr d_w = device_alloc(&g, max_w), d_out = device_alloc(&g, max_w);
     CUdeviceptr d_den = device_alloc(&g, 21726 * 4);
     ref_rng rng = ref_rng_seed(test_seed(), 21);
@@ -277,7 +226,7 @@ Test(gpu_moe_gate, normalize_weight) {
             int K = topks[k];
             for (int64_t i = 0; i < T * K; i++)
                 w[i] = ref_rng_uniform(&rng) * (i % 5 == 0 ? 1e-3f : 1.0f);
-            upload(&g, d_w, w, (size_t)(T * K) * 4);
+            gpu_upload(&g, d_w, w, (size_t)(T * K) * 4);
             poison(&g, d_out, (size_t)(T * K) * 4);
             poison(&g, d_den, (size_t)T * 4);
             tk_tensor x = tensor(d_w, TK_F32, 2, (int64_t[]){T, K}, NULL);
@@ -394,14 +343,14 @@ static void top2_upload(const gpu *g, const top2_case *c, const top2_device *d)
 {
     int R = c->args.routed_experts;
     int64_t T = c->tokens;
-    upload(g, d->logits, c->logits, (size_t)(T * R) * 4);
-    upload(g, d->bias, c->bias, (size_t)R * 4);
-    upload(g, d->mask, c->mask, (size_t)T);
-    upload(g, d->fix, c->fix, (size_t)T);
+    gpu_upload(g, d->logits, c->logits, (size_t)(T * R) * 4);
+    gpu_upload(g, d->bias, c->bias, (size_t)R * 4);
+    gpu_upload(g, d->mask, c->mask, (size_t)T);
+    gpu_upload(g, d->fix, c->fix, (size_t)T);
     int rows = R + c->args.num_shared;
-    upload(g, d->map, c->map, (size_t)(rows * (EXTRA_EXPERTS + 1)) * 4);
-    upload(g, d->count, c->count, (size_t)rows * 4);
-    upload(g, d->unmapped, c->unmapped_init,
+    gpu_upload(g, d->map, c->map, (size_t)(rows * (EXTRA_EXPERTS + 1)) * 4);
+    gpu_upload(g, d->count, c->count, (size_t)rows * 4);
+    gpu_upload(g, d->unmapped, c->unmapped_init,
            (size_t)(T * unmapped_stride(c)) * sizeof(int64_t));
     int slots = c->args.num_topk + c->args.num_shared;
     poison(g, d->idx, (size_t)(T * slots) * 8);
@@ -455,8 +404,8 @@ static void top2_check(const gpu *g, const top2_case *c, const top2_device *d,
 {
     int K = c->args.num_topk, slots = K + c->args.num_shared;
     int64_t T = c->tokens, stride = unmapped_stride(c);
-    int64_t *idx = host_alloc((size_t)(T * slots) * 8);
-    float *weights = host_alloc((size_t)(T * slots) * 4);
+    int64_t *idx = host_buffer((size_t)(T * slots) * 8);
+    float *weights = host_buffer((size_t)(T * slots) * 4);
     int64_t *unmapped = malloc(sizeof(int64_t) * (size_t)(T * stride) + 1);
     download(g, idx, d->idx, (size_t)(T * slots) * 8, what);
     download(g, weights, d->weights, (size_t)(T * slots) * 4, what);
@@ -482,17 +431,17 @@ static void top2_check(const gpu *g, const top2_case *c, const top2_device *d,
 static void top2_alloc(const gpu *g, top2_case *c, top2_device *d)
 {
     size_t T = MAX_TOKENS, R = 512, rows = R + 2, D = EXTRA_EXPERTS + 1;
-    c->logits = host_alloc(T * R * 4);
-    c->bias = host_alloc(R * 4);
-    c->margin = host_alloc(T * 4);
-    c->mask = host_alloc(T);
-    c->fix = host_alloc(T);
-    c->map = host_alloc(rows * D * 4);
-    c->count = host_alloc(rows * 4);
-    c->unmapped_init = host_alloc(T * 40 * 8);
-    c->unmapped_want = host_alloc(T * 40 * 8);
-    c->idx_want = host_alloc(T * 32 * 8);
-    c->weights_want = host_alloc(T * 32 * 4);
+    c->logits = host_buffer(T * R * 4);
+    c->bias = host_buffer(R * 4);
+    c->margin = host_buffer(T * 4);
+    c->mask = host_buffer(T);
+    c->fix = host_buffer(T);
+    c->map = host_buffer(rows * D * 4);
+    c->count = host_buffer(rows * 4);
+    c->unmapped_init = host_buffer(T * 40 * 8);
+    c->unmapped_want = host_buffer(T * 40 * 8);
+    c->idx_want = host_buffer(T * 32 * 8);
+    c->weights_want = host_buffer(T * 32 * 4);
     d->logits = device_alloc(g, T * R * 4);
     d->bias = device_alloc(g, R * 4);
     d->mask = device_alloc(g, T);
@@ -632,8 +581,8 @@ Test(gpu_moe_gate, top2_sum_gate_all_zero_logits) {
         int R = config[2], K = config[4];
         memset(c.logits, 0, (size_t)(64 * R) * 4);
         memset(c.bias, 0, (size_t)R * 4);
-        upload(&g, d.logits, c.logits, (size_t)(64 * R) * 4);
-        upload(&g, d.bias, c.bias, (size_t)R * 4);
+        gpu_upload(&g, d.logits, c.logits, (size_t)(64 * R) * 4);
+        gpu_upload(&g, d.bias, c.bias, (size_t)R * 4);
         poison(&g, d.idx, (size_t)(64 * K) * 8);
         poison(&g, d.weights, (size_t)(64 * K) * 4);
         tk_top2_sum_gate_options o = top2_options(&c);
@@ -661,11 +610,11 @@ Test(gpu_moe_gate, every_entry_point_runs_inside_a_captured_graph) {
     CUstream stream;
     CU(&g, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     enum { T = 4001, E = 256, K = 8, G = 8 };
-    float *scores = host_alloc((size_t)T * E * 4);
+    float *scores = host_buffer((size_t)T * E * 4);
     fill_scores(scores, (int64_t)T * E, false, test_seed() + 5);
-    int64_t *want = host_alloc((size_t)T * K * 8), *got = host_alloc((size_t)T * K * 8);
-    float *wsrc = host_alloc((size_t)T * K * 4), *wgot = host_alloc((size_t)T * K * 4);
-    float *wwant = host_alloc((size_t)T * K * 4), *dwant = host_alloc((size_t)T * 4);
+    int64_t *want = host_buffer((size_t)T * K * 8), *got = host_buffer((size_t)T * K * 8);
+    float *wsrc = host_buffer((size_t)T * K * 4), *wgot = host_buffer((size_t)T * K * 4);
+    float *wwant = host_buffer((size_t)T * K * 4), *dwant = host_buffer((size_t)T * 4);
     for (int i = 0; i < T * K; i++)
         wsrc[i] = (float)(i % 13 + 1) * 0.125f;
     CUdeviceptr d_scores = device_alloc(&g, (size_t)T * E * 4);
@@ -674,8 +623,8 @@ Test(gpu_moe_gate, every_entry_point_runs_inside_a_captured_graph) {
     CUdeviceptr d_w = device_alloc(&g, (size_t)T * K * 4);
     CUdeviceptr d_norm = device_alloc(&g, (size_t)T * K * 4);
     CUdeviceptr d_den = device_alloc(&g, (size_t)T * 4);
-    upload(&g, d_scores, scores, (size_t)T * E * 4);
-    upload(&g, d_w, wsrc, (size_t)T * K * 4);
+    gpu_upload(&g, d_scores, scores, (size_t)T * E * 4);
+    gpu_upload(&g, d_w, wsrc, (size_t)T * K * 4);
     poison(&g, d_topk, (size_t)T * K * 8);
     poison(&g, d_groups, (size_t)T * 4 * 8);
     poison(&g, d_norm, (size_t)T * K * 4);

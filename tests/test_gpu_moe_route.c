@@ -24,85 +24,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_harness.h"
 #include "moe_route.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
 
-#define TAIL_BYTES 256
+#define TAIL_BYTES GPU_TAIL_BYTES
 #define POISON 0x5A
 #define MAX_PARAMS 128
 
-static uint64_t test_seed(void)
-{
-    const char *env = getenv("TK_TEST_SEED");
-    return env ? strtoull(env, NULL, 0) : 0;
-}
-
 /* ---- device helpers ------------------------------------------------------ */
-
-typedef struct gpu {
-    const tk__driver_api *api;
-} gpu;
-
-static void check_cu(const gpu *g, CUresult result, const char *what)
-{
-    if (result == CUDA_SUCCESS)
-        return;
-    const char *message = "?";
-    if (g->api->cuGetErrorString)
-        g->api->cuGetErrorString(result, &message);
-    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
-}
-#define CU(g, call) check_cu((g), (g)->api->call, #call)
-
-static gpu gpu_begin(void)
-{
-    gpu g;
-    if (tk_device_check() != TK_SUCCESS)
-        cr_skip_test("no usable CUDA device: %s", tk_last_error());
-    cr_assert_eq(tk__driver(&g.api), TK_SUCCESS, "tk__driver: %s", tk_last_error());
-    return g;
-}
-
-static void *host_alloc(size_t bytes)
-{
-    void *memory = malloc(bytes ? bytes : 1);
-    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
-    return memory;
-}
 
 /* Device buffer of `bytes` plus the checked tail, poisoned. */
 static CUdeviceptr device_alloc(const gpu *g, size_t bytes)
 {
-    CUdeviceptr ptr;
-    CU(g, cuMemAlloc(&ptr, bytes + TAIL_BYTES));
-    CU(g, cuMemsetD8(ptr, POISON, bytes + TAIL_BYTES));
+    CUdeviceptr ptr = gpu_alloc(g, bytes + TAIL_BYTES);
+    gpu_poison(g, ptr, bytes, POISON);
     return ptr;
 }
 
 static CUdeviceptr device_upload(const gpu *g, const void *host, size_t bytes)
 {
     CUdeviceptr ptr = device_alloc(g, bytes);
-    if (bytes)
-        CU(g, cuMemcpyHtoD(ptr, host, bytes));
+    gpu_upload(g, ptr, host, bytes);
     return ptr;
 }
 
 static void poison(const gpu *g, CUdeviceptr ptr, size_t bytes)
 {
-    CU(g, cuMemsetD8(ptr, POISON, bytes + TAIL_BYTES));
+    gpu_poison(g, ptr, bytes, POISON);
 }
 
-/* Synchronises, downloads `bytes`, and checks the tail is untouched. */
+/* Synchronises, downloads `bytes` (host has no room for the tail), and
+ * checks the tail is untouched. */
 static void download(const gpu *g, void *host, CUdeviceptr ptr, size_t bytes, const char *what)
 {
-    CU(g, cuCtxSynchronize());
     unsigned char *buffer = host_alloc(bytes + TAIL_BYTES);
-    CU(g, cuMemcpyDtoH(buffer, ptr, bytes + TAIL_BYTES));
-    for (size_t i = 0; i < TAIL_BYTES; i++)
-        cr_assert_eq(buffer[bytes + i], POISON, "%s: wrote past the end (byte %zu after)",
-                     what, i);
+    gpu_download(g, buffer, ptr, bytes, POISON, "", what);
     memcpy(host, buffer, bytes);
     free(buffer);
 }
@@ -117,12 +76,6 @@ static tk_tensor tensor2(CUdeviceptr data, tk_dtype dtype, int64_t rows, int64_t
 {
     int64_t shape[2] = {rows, cols};
     return tk_tensor_contiguous((void *)(uintptr_t)data, dtype, 2, shape);
-}
-
-static void check_status(tk_status status, const char *what)
-{
-    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
-                 tk_last_error());
 }
 
 /* Byte comparison of `count` elements, reporting the first mismatch. */

@@ -35,61 +35,26 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu_harness.h"
 #include "reference.h"
 #include "swiglu.h"
 #include "tk.h"
 #include "tk_internal.h"
 #include "tk_kernels.h"
 
-#define TAIL_BYTES 256
+#define TAIL_BYTES GPU_TAIL_BYTES
 #define POISON 0xFF
-
-static uint64_t test_seed(void) {
-    const char *env = getenv("TK_TEST_SEED");
-    return env ? strtoull(env, NULL, 0) : 0;
-}
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* ---- device helpers ------------------------------------------------------ */
 
-typedef struct gpu {
-    const tk__driver_api *api;
-} gpu;
-
-static void check_cu(const gpu *g, CUresult result, const char *what) {
-    if (result == CUDA_SUCCESS)
-        return;
-    const char *message = "?";
-    if (g->api->cuGetErrorString)
-        g->api->cuGetErrorString(result, &message);
-    cr_assert_fail("%s failed: %d (%s)", what, (int)result, message);
-}
-#define CU(g, call) check_cu((g), (g)->api->call, #call)
-
-static gpu gpu_begin(void) {
-    gpu g;
-    if (tk_device_check() != TK_SUCCESS)
-        cr_skip_test("no usable CUDA device: %s", tk_last_error());
-    tk_status status = tk__driver(&g.api);
-    cr_assert_eq(status, TK_SUCCESS, "tk__driver: %s", tk_last_error());
-    return g;
+/* This file's poison byte and tail message for the shared harness. */
+static void poison(const gpu *g, CUdeviceptr ptr, size_t bytes) {
+    gpu_poison(g, ptr, bytes, POISON);
 }
 
-static CUdeviceptr device_alloc(const gpu *g, size_t bytes) {
-    CUdeviceptr ptr = 0;
-    CU(g, cuMemAlloc(&ptr, bytes ? bytes : 1));
-    return ptr;
-}
-
-static void *host_alloc(size_t bytes) {
-    void *memory = malloc(bytes ? bytes : 1);
-    cr_assert(memory != NULL, "out of host memory (%zu bytes)", bytes);
-    return memory;
+static void download(const gpu *g, void *host, CUdeviceptr device, size_t bytes,
+                     const char *what) {
+    gpu_download(g, host, device, bytes, POISON, "", what);
 }
 
 static tk_tensor tensor(CUdeviceptr data, tk_dtype dtype, int rank, int64_t d0, int64_t d1) {
@@ -105,25 +70,6 @@ static tk_tensor tensor(CUdeviceptr data, tk_dtype dtype, int rank, int64_t d0, 
         t.strides[1] = 1;
     }
     return t;
-}
-
-static void check_status(tk_status status, const char *what) {
-    cr_assert_eq(status, TK_SUCCESS, "%s: %s: %s", what, tk_status_string(status),
-                 tk_last_error());
-}
-
-static void poison(const gpu *g, CUdeviceptr ptr, size_t bytes) {
-    CU(g, cuMemsetD8(ptr, POISON, bytes + TAIL_BYTES));
-}
-
-/* Synchronises, downloads `bytes` plus the tail, checks the tail. */
-static void download(const gpu *g, void *host, CUdeviceptr device, size_t bytes,
-                     const char *what) {
-    CU(g, cuCtxSynchronize());
-    CU(g, cuMemcpyDtoH(host, device, bytes + TAIL_BYTES));
-    const unsigned char *tail = (const unsigned char *)host + bytes;
-    for (size_t i = 0; i < TAIL_BYTES; i++)
-        cr_assert_eq(tail[i], POISON, "%s: wrote past the end (byte %zu after)", what, i);
 }
 
 /* Byte-exact comparison of row r of two (rows, row_bytes) buffers for every
@@ -145,7 +91,7 @@ static void expect_rows(const unsigned char *got, const unsigned char *want, int
 static void gpu_exp(const gpu *g, const float *argument, float *value, int64_t count) {
     if (count == 0)
         return;
-    CUdeviceptr in = device_alloc(g, (size_t)count * 4), out = device_alloc(g, (size_t)count * 4);
+    CUdeviceptr in = gpu_alloc(g, (size_t)count * 4), out = gpu_alloc(g, (size_t)count * 4);
     CU(g, cuMemcpyHtoD(in, argument, (size_t)count * 4));
     tk_tensor x = tensor(in, TK_F32, 1, count, 0), y = tensor(out, TK_F32, 1, count, 0);
     check_status(tkl_swiglu_exp__default(&x, &y, NULL), "swiglu_exp");
@@ -247,14 +193,14 @@ static void run_forward(tk_dtype dtype, bool sweep_all) {
     size_t x_bytes = (size_t)fill_rows * 7168 * in_size;
     void *x = host_alloc(x_bytes);
     ref_fill_rand_float(x, dtype, fill_rows, 7168, 0, 0, test_seed() + 11);
-    CUdeviceptr d_x = device_alloc(&g, x_bytes);
+    CUdeviceptr d_x = gpu_alloc(&g, x_bytes);
     size_t out_bytes = (size_t)FWD_MAX_ROWS * FWD_MAX_HALF;
     size_t sf_max = (size_t)FWD_MAX_ROWS * (FWD_MAX_HALF / 128) * 4 + 64;
-    CUdeviceptr d_out = device_alloc(&g, out_bytes + TAIL_BYTES);
-    CUdeviceptr d_sf = device_alloc(&g, sf_max + TAIL_BYTES);
-    CUdeviceptr d_map = device_alloc(&g, (size_t)FWD_MAX_ROWS * 4 * 2);
-    CUdeviceptr d_weights = device_alloc(&g, (size_t)FWD_MAX_ROWS * 9 * 4);
-    CUdeviceptr d_counts = device_alloc(&g, 3 * 8 + TAIL_BYTES);
+    CUdeviceptr d_out = gpu_alloc(&g, out_bytes + TAIL_BYTES);
+    CUdeviceptr d_sf = gpu_alloc(&g, sf_max + TAIL_BYTES);
+    CUdeviceptr d_map = gpu_alloc(&g, (size_t)FWD_MAX_ROWS * 4 * 2);
+    CUdeviceptr d_weights = gpu_alloc(&g, (size_t)FWD_MAX_ROWS * 9 * 4);
+    CUdeviceptr d_counts = gpu_alloc(&g, 3 * 8 + TAIL_BYTES);
     uint8_t *got = host_alloc(out_bytes + TAIL_BYTES), *want = host_alloc(out_bytes + TAIL_BYTES);
     unsigned char *got_sf = host_alloc(sf_max + TAIL_BYTES), *want_sf = host_alloc(sf_max + TAIL_BYTES);
     float *table = gpu_bf16_exp_table(&g);
@@ -453,13 +399,13 @@ Test(swiglu_backward, sweep, .timeout = 1800) {
     uint8_t *x = host_alloc(x_bytes);
     float *x_sf = host_alloc(x_bytes / 32 * 4);
     size_t half_elems = (size_t)BWD_MAX_ROWS * BWD_MAX_HALF;
-    CUdeviceptr d_x = device_alloc(&g, x_bytes), d_x_sf = device_alloc(&g, x_bytes / 32 * 4);
-    CUdeviceptr d_grad = device_alloc(&g, half_elems * 2);
-    CUdeviceptr d_small = device_alloc(&g, (size_t)BWD_MAX_ROWS * 9 * 4 * 4 + 4 * TAIL_BYTES);
-    CUdeviceptr d_out = device_alloc(&g, half_elems * 2 + TAIL_BYTES);
-    CUdeviceptr d_fp8 = device_alloc(&g, x_bytes + TAIL_BYTES);
-    CUdeviceptr d_gsf = device_alloc(&g, x_bytes / 32 * 4 + TAIL_BYTES);
-    CUdeviceptr d_xg = device_alloc(&g, x_bytes * 2 + TAIL_BYTES);
+    CUdeviceptr d_x = gpu_alloc(&g, x_bytes), d_x_sf = gpu_alloc(&g, x_bytes / 32 * 4);
+    CUdeviceptr d_grad = gpu_alloc(&g, half_elems * 2);
+    CUdeviceptr d_small = gpu_alloc(&g, (size_t)BWD_MAX_ROWS * 9 * 4 * 4 + 4 * TAIL_BYTES);
+    CUdeviceptr d_out = gpu_alloc(&g, half_elems * 2 + TAIL_BYTES);
+    CUdeviceptr d_fp8 = gpu_alloc(&g, x_bytes + TAIL_BYTES);
+    CUdeviceptr d_gsf = gpu_alloc(&g, x_bytes / 32 * 4 + TAIL_BYTES);
+    CUdeviceptr d_xg = gpu_alloc(&g, x_bytes * 2 + TAIL_BYTES);
     unsigned char *got = host_alloc(x_bytes * 2 + TAIL_BYTES), *want = host_alloc(x_bytes * 2 + TAIL_BYTES);
     float *argument = host_alloc(half_elems * 4), *values = host_alloc(half_elems * 4);
     int cases = 0;
@@ -580,10 +526,10 @@ Test(swiglu_per_channel, sweep, .timeout = 1800) {
     size_t x_bytes = (size_t)max_tokens * 2 * max_half * 2;
     uint16_t *x = host_alloc(x_bytes + 16); /* uploads copy 2 bytes past the view */
     ref_fill_rand_float(x, TK_BF16, max_tokens, 2 * max_half, 0, 0, test_seed() + 31);
-    CUdeviceptr d_x = device_alloc(&g, x_bytes + 16);
+    CUdeviceptr d_x = gpu_alloc(&g, x_bytes + 16);
     size_t out_bytes = (size_t)max_tokens * max_half, sf_bytes = out_bytes / 32 * 4;
-    CUdeviceptr d_out = device_alloc(&g, out_bytes + TAIL_BYTES);
-    CUdeviceptr d_sf = device_alloc(&g, sf_bytes + TAIL_BYTES);
+    CUdeviceptr d_out = gpu_alloc(&g, out_bytes + TAIL_BYTES);
+    CUdeviceptr d_sf = gpu_alloc(&g, sf_bytes + TAIL_BYTES);
     uint8_t *got = host_alloc(out_bytes + TAIL_BYTES), *want = host_alloc(out_bytes + TAIL_BYTES);
     float *got_sf = host_alloc(sf_bytes + TAIL_BYTES), *want_sf = host_alloc(sf_bytes + TAIL_BYTES);
     float *table = gpu_bf16_exp_table(&g);
