@@ -3,7 +3,7 @@
  * kernels' e2m1 encoder algorithm and the host helper tk_unpack_e2m1
  * against naive, independently written formulas, with no GPU.
  *
- * The GPU golden tests (test_gpu_fp4.c) trust ref_fp4_from_f32 and
+ * The GPU golden tests (test_gpu_fp4.c) trust ref_e2m1_from_f32 and
  * ref_per_token_quant bit for bit, so here: all 16 codes, every RNE
  * midpoint and its neighbours, saturation, NaN -> +6, signed zero, the
  * spec's measured probe values, and a sweep over every f32 pattern below
@@ -62,12 +62,12 @@ static int kernel_fp4_code(float x) {
 
 Test(e2m1, every_code_decodes_and_round_trips) {
     for (int code = 0; code < 16; code++) {
-        float value = ref_fp4_to_f32((uint8_t)code);
+        float value = ref_e2m1_to_f32((uint8_t)code);
         double want = (code & 8) ? -GRID[code & 7] : GRID[code & 7];
         cr_assert_eq((double)value, want, "code %d decodes to %g, expected %g", code,
                      (double)value, want);
         cr_assert_eq(signbit(value) != 0, (code & 8) != 0, "code %d: sign", code);
-        cr_assert_eq(ref_fp4_from_f32(value), code, "code %d does not round-trip", code);
+        cr_assert_eq(ref_e2m1_from_f32(value), code, "code %d does not round-trip", code);
         cr_assert_eq(kernel_fp4_code(value), code, "kernel encoder: code %d", code);
     }
 }
@@ -81,9 +81,9 @@ Test(e2m1, midpoints_round_to_even_and_neighbours_to_nearest) {
             int sbit = s ? 8 : 0;
             float at = sign * mid, up = sign * nextafterf(mid, 10.0f),
                   down = sign * nextafterf(mid, 0.0f);
-            cr_assert_eq(ref_fp4_from_f32(at), sbit | even, "midpoint %g", (double)at);
-            cr_assert_eq(ref_fp4_from_f32(up), sbit | (low + 1), "above %g", (double)at);
-            cr_assert_eq(ref_fp4_from_f32(down), sbit | low, "below %g", (double)at);
+            cr_assert_eq(ref_e2m1_from_f32(at), sbit | even, "midpoint %g", (double)at);
+            cr_assert_eq(ref_e2m1_from_f32(up), sbit | (low + 1), "above %g", (double)at);
+            cr_assert_eq(ref_e2m1_from_f32(down), sbit | low, "below %g", (double)at);
             cr_assert_eq(kernel_fp4_code(at), sbit | even, "kernel: midpoint %g", (double)at);
             cr_assert_eq(kernel_fp4_code(up), sbit | (low + 1), "kernel: above %g", (double)at);
             cr_assert_eq(kernel_fp4_code(down), sbit | low, "kernel: below %g", (double)at);
@@ -105,15 +105,15 @@ Test(e2m1, saturation_nan_signed_zero_and_probe_values) {
         {0x1p-149f, 0x0}, {-0x1p-149f, 0x8}, {NAN, 0x7}, {-NAN, 0x7},
     };
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
-        cr_assert_eq(ref_fp4_from_f32(probes[i].x), probes[i].code, "x = %a: got 0x%x",
-                     (double)probes[i].x, ref_fp4_from_f32(probes[i].x));
+        cr_assert_eq(ref_e2m1_from_f32(probes[i].x), probes[i].code, "x = %a: got 0x%x",
+                     (double)probes[i].x, ref_e2m1_from_f32(probes[i].x));
         cr_assert_eq(kernel_fp4_code(probes[i].x), probes[i].code, "kernel: x = %a",
                      (double)probes[i].x);
     }
     /* NaN payloads of both signs */
     uint32_t nans[] = {0x7F800001u, 0x7FC00000u, 0x7FFFFFFFu, 0xFF800001u, 0xFFC00000u};
     for (size_t i = 0; i < 5; i++) {
-        cr_assert_eq(ref_fp4_from_f32(ref_f32_from_bits(nans[i])), 0x7);
+        cr_assert_eq(ref_e2m1_from_f32(ref_f32_from_bits(nans[i])), 0x7);
         cr_assert_eq(kernel_fp4_code(ref_f32_from_bits(nans[i])), 0x7);
     }
 }
@@ -140,7 +140,7 @@ static void sweep_range(void *context, int64_t begin, int64_t end) {
             for (int s_bit = 0; s_bit < 2; s_bit++) {
                 float x = ref_f32_from_bits(bits | (s_bit ? 0x80000000u : 0));
                 int want = naive_e2m1_encode(x);
-                if (ref_fp4_from_f32(x) != want) {
+                if (ref_e2m1_from_f32(x) != want) {
                     bad_reference++;
                     atomic_store(&s->first_bad, ref_f32_bits(x));
                 }
@@ -172,7 +172,7 @@ Test(e2m1, patterns_below_8_match_grid_search, .timeout = 600) {
 /* ---- scales --------------------------------------------------------------- */
 
 Test(scale, e2m1_sf_and_inv) {
-    float clamp = ref_f32_from_bits(REF_FP4_CLAMP_MIN_BITS);
+    float clamp = REF_E2M1_CLAMP_MIN;
     cr_assert_eq((double)clamp, ldexp(6.0, -126));
     float amaxes[] = {0.0f, 1e-40f, clamp, 1e-30f, 0.3f, 6.0f, 7.0f, 1000.0f, 3e38f};
     for (size_t i = 0; i < sizeof amaxes / sizeof amaxes[0]; i++) {
@@ -330,7 +330,7 @@ Test(per_token_quant, quantized_input_uses_the_kernel_association) {
                     float values[32];
                     for (int k = 0; k < 32; k++) {
                         int c = g * 32 + k;
-                        values[k] = kind ? ref_fp4_to_f32((uint8_t)(c % 2
+                        values[k] = kind ? ref_e2m1_to_f32((uint8_t)(c % 2
                                                                      ? data[(r * cols + c) / 2] >> 4
                                                                      : data[(r * cols + c) / 2] & 0xF))
                                          : ref_e4m3_to_f32(data[r * cols + c]);
@@ -405,7 +405,7 @@ Test(unpack, every_byte_both_dtypes_and_bad_arguments) {
     for (int i = 0; i < 512; i++) {
         int code = i % 2 ? (i / 2) >> 4 : (i / 2) & 0xF;
         cr_assert_eq(ref_f32_bits(values[i]), ref_f32_bits(want[i]), "element %d", i);
-        cr_assert_eq(ref_f32_bits(values[i]), ref_f32_bits(ref_fp4_to_f32((uint8_t)code)));
+        cr_assert_eq(ref_f32_bits(values[i]), ref_f32_bits(ref_e2m1_to_f32((uint8_t)code)));
         cr_assert_eq(halves[i], ref_bf16_from_f32(want[i]));
     }
     cr_assert(signbit(values[2 * 0x08]) && values[2 * 0x08] == 0.0f, "code 8 is -0.0");

@@ -50,16 +50,6 @@ static const struct {
  * block_k.  lanes_log2 = log2(block_k / 8). */
 static int32_t tk__lanes_log2(int block_k) { return block_k == 32 ? 2 : 4; }
 
-static const char *tk__block_layout_name(tk_sf_layout layout)
-{
-    switch (layout) {
-    case TK_SF_ROW_MAJOR: return "TK_SF_ROW_MAJOR";
-    case TK_SF_COL_MAJOR: return "TK_SF_COL_MAJOR";
-    case TK_SF_PACKED_UE8M0: return "TK_SF_PACKED_UE8M0";
-    }
-    return "<invalid layout>";
-}
-
 /* An empty f32 SF tensor / packed byte view: every store to it is masked. */
 static tk_tensor tk__empty_f32(void)
 {
@@ -71,30 +61,6 @@ static tk_tensor tk__empty_bytes(void)
     tk_tensor t = {.data = NULL, .dtype = TK_U8, .rank = 3, .shape = {0, 0, 4},
                    .strides = {4, 4, 1}};
     return t;
-}
-
-/* The packed int32 SF (rows, words) as bytes (rows, words, 4). */
-static tk_tensor tk__block_byte_view(const tk_tensor *sf, int64_t word_stride)
-{
-    tk_tensor view = {.data = sf->data, .dtype = TK_U8, .rank = 3,
-                      .shape = {sf->shape[0], sf->shape[1], 4},
-                      .strides = {4, 4 * word_stride, 1}};
-    return view;
-}
-
-static tk_status tk__check_layout(const char *function, tk_sf_layout layout, bool round_sf)
-{
-    if (layout != TK_SF_ROW_MAJOR && layout != TK_SF_COL_MAJOR && layout != TK_SF_PACKED_UE8M0)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf_layout is %d, expected TK_SF_ROW_MAJOR, "
-                        "TK_SF_COL_MAJOR or TK_SF_PACKED_UE8M0",
-                        function, (int)layout);
-    if (layout == TK_SF_PACKED_UE8M0 && !round_sf)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf_layout TK_SF_PACKED_UE8M0 requires round_sf "
-                        "(UE8M0 holds powers of two only)",
-                        function);
-    return TK_SUCCESS;
 }
 
 /* out_sf is exactly the descriptor tk_sf_desc gives (size-1 dimensions
@@ -111,25 +77,12 @@ static tk_status tk__check_sf_exact(const char *function, const char *argument,
     if (!tk__sf_layout(rows, cols, block_m, block_k, layout, &expected, NULL))
         return tk__fail(TK_ERROR_INVALID_ARGUMENT,
                         "%s: x: too large for a scale-factor tensor", function);
-    if (out_sf->dtype != expected.dtype)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT, "%s: %s: dtype is %s, expected %s for %s",
-                        function, argument, tk__dtype_name(out_sf->dtype),
-                        tk__dtype_name(expected.dtype), tk__block_layout_name(layout));
-    if ((status = tk__check_dim(function, argument, out_sf, 0, expected.shape[0],
-                                "ceil(T / block_m)")) ||
-        (status = tk__check_dim(function, argument, out_sf, 1, expected.shape[1],
-                                layout == TK_SF_PACKED_UE8M0
-                                    ? "ceil(ceil(H / block_k) / 4) packed words"
-                                    : "ceil(H / block_k)")))
-        return status;
-    for (int d = 0; d < 2; d++)
-        if (out_sf->shape[d] > 1 && out_sf->strides[d] != expected.strides[d])
-            return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                            "%s: %s: strides[%d] is %lld, expected %lld for %s "
-                            "(see tk_sf_desc)",
-                            function, argument, d, (long long)out_sf->strides[d],
-                            (long long)expected.strides[d], tk__block_layout_name(layout));
-    if ((status = tk__check_storage(function, argument, out_sf)))
+    if ((status = tk__check_sf_desc(function, argument, out_sf, &expected, layout,
+                                    "ceil(T / block_m)",
+                                    layout == TK_SF_PACKED_UE8M0
+                                        ? "ceil(ceil(H / block_k) / 4) packed words"
+                                        : "ceil(H / block_k)")) ||
+        (status = tk__check_storage(function, argument, out_sf)))
         return status;
     *scales = expected;
     scales->data = out_sf->data;
@@ -216,7 +169,7 @@ static void tk__sf_targets(const tk_tensor *scales, tk_sf_layout layout, tk_tens
 {
     if (layout == TK_SF_PACKED_UE8M0) {
         *sf = tk__empty_f32();
-        *sfb = tk__block_byte_view(scales, scales->strides[1]);
+        *sfb = tk__packed_byte_view(scales, scales->strides[1]);
     } else {
         *sf = *scales;
         *sfb = tk__empty_bytes();
@@ -232,7 +185,7 @@ tk_status tk_per_block_cast(const tk_tensor *x, tk_dtype fmt, int block_m, int b
     tk_status status;
     tk_tensor view, scales, sf, sfb, none = tk__empty_f32();
     if ((status = tk__check_block_input(function, x, fmt, block_m, block_k)) ||
-        (status = tk__check_layout(function, sf_layout, round_sf)) ||
+        (status = tk__check_sf_layout(function, sf_layout, round_sf)) ||
         (status = tk__check_block_output(function, x, fmt, out, &view)) ||
         (status = tk__check_sf_exact(function, "out_sf", out_sf, x->shape[0], x->shape[1],
                                      block_m, block_k, sf_layout, &scales)))
@@ -251,7 +204,7 @@ tk_status tk_per_block_cast_with_sf_only(const tk_tensor *x, tk_dtype fmt, int b
     tk_status status;
     tk_tensor scales, sf, sfb, none = tk__empty_f32();
     if ((status = tk__check_block_input(function, x, fmt, block_m, block_k)) ||
-        (status = tk__check_layout(function, sf_layout, round_sf)) ||
+        (status = tk__check_sf_layout(function, sf_layout, round_sf)) ||
         (status = tk__check_sf_exact(function, "out_sf", out_sf, x->shape[0], x->shape[1],
                                      block_m, block_k, sf_layout, &scales)))
         return status;
@@ -345,7 +298,7 @@ tk_status tk_per_block_cast_lossless(const tk_tensor *x, const tk_tensor *sf, in
         (status = tk__check_dtype(function, "x", x, inputs, 1)) ||
         (status = tk__check_dtype(function, "sf", sf, scale_types, 2)) ||
         (status = tk__check_dtype(function, "out", out, outputs, 1)) ||
-        (status = tk__check_layout(function, sf_layout, true)))
+        (status = tk__check_sf_layout(function, sf_layout, true)))
         return status;
     int lbm = tk__log2_exact(x_block_m), lbk = tk__log2_exact(x_block_k);
     if (lbm < 0 || lbk < 3)
@@ -390,11 +343,8 @@ tk_status tk_per_block_cast_lossless(const tk_tensor *x, const tk_tensor *sf, in
                                 packed_in ? "ceil(ceil(H / x_block_k) / 4) packed words"
                                           : "ceil(H / x_block_k)")))
         return status;
-    if (packed_in && sf->shape[0] > 1 && sf->strides[0] != 1)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf: strides[0] is %lld, expected 1 (an i32 SF is packed "
-                        "UE8M0, which is column-major)",
-                        function, (long long)sf->strides[0]);
+    if (packed_in && (status = tk__check_packed_sf(function, "sf", sf)))
+        return status;
     if (!packed_in && sf->shape[0] > 1 && sf->strides[0] != 1 && sf->shape[1] > 1 &&
         sf->strides[1] != 1)
         return tk__fail(TK_ERROR_INVALID_ARGUMENT,
@@ -412,7 +362,7 @@ tk_status tk_per_block_cast_lossless(const tk_tensor *x, const tk_tensor *sf, in
     tk_tensor in_f32 = tk__empty_f32(), in_bytes = tk__empty_bytes();
     if (packed_in) {
         int64_t word_stride = sf->shape[1] > 1 ? sf->strides[1] : in_expected.strides[1];
-        in_bytes = tk__block_byte_view(sf, word_stride);
+        in_bytes = tk__packed_byte_view(sf, word_stride);
     } else {
         in_f32 = *sf;
     }

@@ -135,26 +135,6 @@ static int64_t tk__vector_elements(tk_dtype dtype)
     return 16 / (int64_t)tk_dtype_size(dtype);
 }
 
-static const char *tk__layout_name(tk_sf_layout layout)
-{
-    switch (layout) {
-    case TK_SF_ROW_MAJOR: return "TK_SF_ROW_MAJOR";
-    case TK_SF_COL_MAJOR: return "TK_SF_COL_MAJOR";
-    case TK_SF_PACKED_UE8M0: return "TK_SF_PACKED_UE8M0";
-    }
-    return "<invalid layout>";
-}
-
-/* The packed int32 SF (rows, words) seen as bytes (rows, words, 4):
- * word [i, w] holds the exponents of blocks 4w .. 4w+3 of row i. */
-tk_tensor tk__packed_byte_view(const tk_tensor *sf, int64_t word_stride)
-{
-    tk_tensor view = {.data = sf->data, .dtype = TK_U8, .rank = 3,
-                      .shape = {sf->shape[0], sf->shape[1], 4},
-                      .strides = {4, 4 * word_stride, 1}};
-    return view;
-}
-
 /* x (T, H) with H a multiple of 64 and rows of contiguous elements. */
 static tk_status tk__check_matrix_columns(const char *function,
                                           const char *argument,
@@ -191,30 +171,12 @@ static tk_status tk__check_num_per_channels(const char *function,
 tk_status tk__check_sf_output(const char *function, const tk_tensor *out_sf,
                               const tk_tensor *expected, tk_sf_layout layout)
 {
-    const char *layout_name = tk__layout_name(layout);
-    if (out_sf->dtype != expected->dtype)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: out_sf: dtype is %s, expected %s for %s",
-                        function, tk__dtype_name(out_sf->dtype),
-                        tk__dtype_name(expected->dtype), layout_name);
-    tk_status status;
-    if ((status = tk__check_dim(function, "out_sf", out_sf, 0,
-                                expected->shape[0], "x's shape[0]")) ||
-        (status = tk__check_dim(function, "out_sf", out_sf, 1,
-                                expected->shape[1],
-                                layout == TK_SF_PACKED_UE8M0
-                                    ? "ceil(ceil(H / num_per_channels) / 4) "
-                                      "packed words"
-                                    : "ceil(H / num_per_channels)")))
-        return status;
-    for (int d = 0; d < 2; d++)
-        if (out_sf->shape[d] > 1 && out_sf->strides[d] != expected->strides[d])
-            return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                            "%s: out_sf: strides[%d] is %lld, expected %lld "
-                            "for %s (see tk_sf_desc)",
-                            function, d, (long long)out_sf->strides[d],
-                            (long long)expected->strides[d], layout_name);
-    return TK_SUCCESS;
+    return tk__check_sf_desc(function, "out_sf", out_sf, expected, layout,
+                             "x's shape[0]",
+                             layout == TK_SF_PACKED_UE8M0
+                                 ? "ceil(ceil(H / num_per_channels) / 4) "
+                                   "packed words"
+                                 : "ceil(H / num_per_channels)");
 }
 
 tk_status tk_per_token_cast(const tk_tensor *x, int num_per_channels,
@@ -236,31 +198,12 @@ tk_status tk_per_token_cast(const tk_tensor *x, int num_per_channels,
     if ((status = tk__check_num_per_channels(function, num_per_channels,
                                              hidden)))
         return status;
-    if (sf_layout != TK_SF_ROW_MAJOR && sf_layout != TK_SF_COL_MAJOR &&
-        sf_layout != TK_SF_PACKED_UE8M0)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf_layout is %d, expected TK_SF_ROW_MAJOR, "
-                        "TK_SF_COL_MAJOR or TK_SF_PACKED_UE8M0",
-                        function, (int)sf_layout);
-    if (sf_layout == TK_SF_PACKED_UE8M0 && !round_sf)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf_layout TK_SF_PACKED_UE8M0 requires round_sf "
-                        "(UE8M0 holds powers of two only)",
-                        function);
-
-    if ((status = tk__check_matrix_columns(function, "x", x)))
+    if ((status = tk__check_sf_layout(function, sf_layout, round_sf)))
         return status;
-    if (hidden > 1 && x->strides[1] != 1)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: x: strides[1] is %lld, expected 1 (rows must be "
-                        "contiguous)",
-                        function, (long long)x->strides[1]);
-    if (tokens > 1 && x->strides[0] < hidden)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: x: strides[0] is %lld, less than shape[1] = "
-                        "%lld: rows overlap",
-                        function, (long long)x->strides[0], (long long)hidden);
-    if ((status = tk__check_dtype(function, "out", out, output, 4)))
+
+    if ((status = tk__check_matrix_columns(function, "x", x)) ||
+        (status = tk__check_rows(function, "x", x)) ||
+        (status = tk__check_dtype(function, "out", out, output, 4)))
         return status;
     /* packed FP4 output, and the blockings cast.tk has no instance for,
      * take the per_token_quant kernels */
@@ -389,11 +332,8 @@ static tk_status tk__cast_back(const char *function, bool per_token,
     /* Layout detection as TileKernels does it (spec 3.5): stride(0) == 1
      * means column-major, and an int32 column-major SF is packed UE8M0. */
     bool packed = sf->dtype == TK_I32;
-    if (packed && sf->shape[0] > 1 && sf->strides[0] != 1)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf: strides[0] is %lld, expected 1 (an i32 SF "
-                        "is packed UE8M0, which is column-major)",
-                        function, (long long)sf->strides[0]);
+    if (packed && (status = tk__check_packed_sf(function, "sf", sf)))
+        return status;
     if (!packed && sf->strides[0] != 1 && sf->shape[1] > 1 &&
         sf->strides[1] != 1)
         return tk__fail(TK_ERROR_INVALID_ARGUMENT,

@@ -84,35 +84,7 @@ static tk_status tk__check_float_input(const char *function, const tk_tensor *x)
                         "%s: x: shape[1] is %lld, expected a multiple of %d",
                         function, (long long)x->shape[1],
                         TK_FP4_COLUMN_MULTIPLE);
-    if (x->shape[1] > 1 && x->strides[1] != 1)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: x: strides[1] is %lld, expected 1 (rows must be "
-                        "contiguous)",
-                        function, (long long)x->strides[1]);
-    if (x->shape[0] > 1 && x->strides[0] < x->shape[1])
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: x: strides[0] is %lld, less than shape[1] = "
-                        "%lld: rows overlap",
-                        function, (long long)x->strides[0],
-                        (long long)x->shape[1]);
-    return TK_SUCCESS;
-}
-
-static tk_status tk__check_layout(const char *function, tk_sf_layout layout,
-                                  bool round_sf)
-{
-    if (layout != TK_SF_ROW_MAJOR && layout != TK_SF_COL_MAJOR &&
-        layout != TK_SF_PACKED_UE8M0)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf_layout is %d, expected TK_SF_ROW_MAJOR, "
-                        "TK_SF_COL_MAJOR or TK_SF_PACKED_UE8M0",
-                        function, (int)layout);
-    if (layout == TK_SF_PACKED_UE8M0 && !round_sf)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf_layout TK_SF_PACKED_UE8M0 requires round_sf "
-                        "(UE8M0 holds powers of two only)",
-                        function);
-    return TK_SUCCESS;
+    return tk__check_rows(function, "x", x);
 }
 
 /* out: e4m3 (T, H) or packed FP4 (T, H / 2), contiguous. */
@@ -249,7 +221,7 @@ tk_status tk__per_token_quant(const char *function, const tk_tensor *x,
                         "%s: num_per_channels == H is supported up to H = %d, "
                         "got %lld",
                         function, TK_ROW_CAST_MAX_HIDDEN, (long long)hidden);
-    if (!precomputed && (status = tk__check_layout(function, sf_layout, round_sf)))
+    if (!precomputed && (status = tk__check_sf_layout(function, sf_layout, round_sf)))
         return status;
     if (out && (status = tk__check_quant_output(function, out, format, tokens,
                                                 hidden)))
@@ -385,11 +357,8 @@ static tk_status tk__input_sf_bytes(const char *function, const char *name,
         (status = tk__check_dtype(function, name, sf, scales, 2)))
         return status;
     *packed = sf->dtype == TK_I32;
-    if (*packed && sf->shape[0] > 1 && sf->strides[0] != 1)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: %s: strides[0] is %lld, expected 1 (an i32 SF is "
-                        "packed UE8M0, which is column-major)",
-                        function, name, (long long)sf->strides[0]);
+    if (*packed && (status = tk__check_packed_sf(function, name, sf)))
+        return status;
     tk_tensor expected;
     if (!tk__sf_layout(tokens, hidden, block_m, block_k,
                        *packed ? TK_SF_PACKED_UE8M0 : TK_SF_ROW_MAJOR, &expected,
@@ -429,7 +398,7 @@ tk_status tk_per_token_cast_quantized(const tk_tensor *x, const tk_tensor *x_sf,
         (status = tk__check_dtype(function, "out", out, outputs, 4)) ||
         (status = tk__check_tensor(function, "out_sf", out_sf, 2)) ||
         (status = tk__check_contiguous(function, "x", x)) ||
-        (status = tk__check_layout(function, sf_layout, round_sf)))
+        (status = tk__check_sf_layout(function, sf_layout, round_sf)))
         return status;
     bool fp4_in = tk__is_packed_fp4(x->dtype);
     tk_dtype format = tk__is_packed_fp4(out->dtype) ? TK_E2M1 : TK_E4M3;

@@ -94,16 +94,9 @@ static tk_status tk__check_channel_input(const char *function,
                         "%s: x: shape[1] is %lld, expected a multiple of %d",
                         function, (long long)hidden,
                         TK_CHANNEL_COLUMN_MULTIPLE);
-    if (hidden > 1 && x->strides[1] != 1)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: x: strides[1] is %lld, expected 1 (rows must be "
-                        "contiguous)",
-                        function, (long long)x->strides[1]);
-    if (tokens > 1 && x->strides[0] < hidden)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: x: strides[0] is %lld, less than shape[1] = "
-                        "%lld: rows overlap",
-                        function, (long long)x->strides[0], (long long)hidden);
+    tk_status status;
+    if ((status = tk__check_rows(function, "x", x)))
+        return status;
     if (tokens > 1 && x->strides[0] % vector != 0)
         return tk__fail(TK_ERROR_INVALID_ARGUMENT,
                         "%s: x: strides[0] is %lld, expected a multiple of "

@@ -50,16 +50,6 @@ static const struct {
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
-static const char *tk__e5m6_layout_name(tk_sf_layout layout)
-{
-    switch (layout) {
-    case TK_SF_ROW_MAJOR: return "TK_SF_ROW_MAJOR";
-    case TK_SF_COL_MAJOR: return "TK_SF_COL_MAJOR";
-    case TK_SF_PACKED_UE8M0: return "TK_SF_PACKED_UE8M0";
-    }
-    return "<invalid layout>";
-}
-
 /* H: a positive multiple of 8 the kernels can hold in registers. */
 static tk_status tk__check_e5m6_hidden(const char *function, const char *argument,
                                        int64_t hidden)
@@ -99,17 +89,8 @@ tk_status tk_per_token_cast_e5m6(const tk_tensor *x, bool round_sf, tk_sf_layout
         (status = tk__check_tensor(function, "out_sf", out_sf, 2)) ||
         (status = tk__check_dtype(function, "x", x, inputs, 2)))
         return status;
-    if (sf_layout != TK_SF_ROW_MAJOR && sf_layout != TK_SF_COL_MAJOR &&
-        sf_layout != TK_SF_PACKED_UE8M0)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf_layout is %d, expected TK_SF_ROW_MAJOR, "
-                        "TK_SF_COL_MAJOR or TK_SF_PACKED_UE8M0",
-                        function, (int)sf_layout);
-    if (sf_layout == TK_SF_PACKED_UE8M0 && !round_sf)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: sf_layout TK_SF_PACKED_UE8M0 requires round_sf "
-                        "(UE8M0 holds powers of two only)",
-                        function);
+    if ((status = tk__check_sf_layout(function, sf_layout, round_sf)))
+        return status;
     int64_t tokens = x->shape[0], hidden = x->shape[1];
     if ((status = tk__check_e5m6_hidden(function, "x", hidden)))
         return status;
@@ -137,7 +118,7 @@ tk_status tk_per_token_cast_e5m6(const tk_tensor *x, bool round_sf, tk_sf_layout
     if (out_sf->dtype != expected.dtype)
         return tk__fail(TK_ERROR_INVALID_ARGUMENT, "%s: out_sf: dtype is %s, expected %s for %s",
                         function, tk__dtype_name(out_sf->dtype),
-                        tk__dtype_name(expected.dtype), tk__e5m6_layout_name(sf_layout));
+                        tk__dtype_name(expected.dtype), tk__sf_layout_name(sf_layout));
     if ((status = tk__check_dim(function, "out_sf", out_sf, 0, tokens, "x's shape[0]")) ||
         (status = tk__check_dim(function, "out_sf", out_sf, 1, 1, "one scale per token")))
         return status;
@@ -146,7 +127,7 @@ tk_status tk_per_token_cast_e5m6(const tk_tensor *x, bool round_sf, tk_sf_layout
                         "%s: out_sf: strides[0] is %lld, expected 1 for %s (see "
                         "tk_sf_desc)",
                         function, (long long)out_sf->strides[0],
-                        tk__e5m6_layout_name(sf_layout));
+                        tk__sf_layout_name(sf_layout));
     if ((status = tk__check_storage(function, "x", x)) ||
         (status = tk__check_storage(function, "out", out)) ||
         (status = tk__check_storage(function, "out_sf", out_sf)))

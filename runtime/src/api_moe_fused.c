@@ -47,24 +47,6 @@ static tk_status tk__check_movable(const char *function, const char *argument,
     return TK_SUCCESS;
 }
 
-/* x (T, H) with contiguous rows and a row stride >= H. */
-static tk_status tk__check_rows(const char *function, const char *argument,
-                                const tk_tensor *x)
-{
-    if (x->shape[1] > 1 && x->strides[1] != 1)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: %s: strides[1] is %lld, expected 1 (rows must be "
-                        "contiguous)",
-                        function, argument, (long long)x->strides[1]);
-    if (x->shape[0] > 1 && x->strides[0] < x->shape[1])
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: %s: strides[0] is %lld, less than shape[1] = "
-                        "%lld: rows overlap",
-                        function, argument, (long long)x->strides[0],
-                        (long long)x->shape[1]);
-    return TK_SUCCESS;
-}
-
 /* The mapping of get_fused_mapping: token_topk_to_pos (T, K) and, for
  * the expansions, pos_to_expert (N), both int32 and contiguous. */
 static tk_status tk__check_mapping(const char *function, int64_t tokens,
@@ -196,16 +178,6 @@ tk_status tk_expand_to_fused(const tk_tensor *x,
 
 /* ---- expand_to_fused_with_sf ----------------------------------------------- */
 
-static const char *tk__fused_layout_name(tk_sf_layout layout)
-{
-    switch (layout) {
-    case TK_SF_ROW_MAJOR: return "TK_SF_ROW_MAJOR";
-    case TK_SF_COL_MAJOR: return "TK_SF_COL_MAJOR";
-    case TK_SF_PACKED_UE8M0: return "TK_SF_PACKED_UE8M0";
-    }
-    return "<invalid layout>";
-}
-
 tk_status tk_expand_to_fused_with_sf(const tk_tensor *x, const tk_tensor *x_sf,
                                      int num_per_channels,
                                      const tk_tensor *token_topk_to_pos,
@@ -247,7 +219,7 @@ tk_status tk_expand_to_fused_with_sf(const tk_tensor *x, const tk_tensor *x_sf,
         return tk__fail(TK_ERROR_INVALID_ARGUMENT,
                         "%s: x_sf: dtype is %s, expected %s for %s", function,
                         tk__dtype_name(x_sf->dtype), tk__dtype_name(sf_dtype),
-                        tk__fused_layout_name(sf_layout));
+                        tk__sf_layout_name(sf_layout));
     tk_tensor expected;
     if (!tk__sf_layout(expanded, hidden, 1, num_per_channels, sf_layout,
                        &expected, NULL))
@@ -266,26 +238,10 @@ tk_status tk_expand_to_fused_with_sf(const tk_tensor *x, const tk_tensor *x_sf,
         return status;
 
     /* out_sf: exactly tk_sf_desc(N, H, 1, npc, sf_layout). */
-    if (out_sf->dtype != expected.dtype)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                        "%s: out_sf: dtype is %s, expected %s for %s",
-                        function, tk__dtype_name(out_sf->dtype),
-                        tk__dtype_name(expected.dtype),
-                        tk__fused_layout_name(sf_layout));
-    if ((status = tk__check_dim(function, "out_sf", out_sf, 0, expanded,
-                                "pos_to_expert's shape[0]")) ||
-        (status = tk__check_dim(function, "out_sf", out_sf, 1, words,
-                                words_meaning)))
-        return status;
-    for (int d = 0; d < 2; d++)
-        if (out_sf->shape[d] > 1 && out_sf->strides[d] != expected.strides[d])
-            return tk__fail(TK_ERROR_INVALID_ARGUMENT,
-                            "%s: out_sf: strides[%d] is %lld, expected %lld "
-                            "for %s (see tk_sf_desc)",
-                            function, d, (long long)out_sf->strides[d],
-                            (long long)expected.strides[d],
-                            tk__fused_layout_name(sf_layout));
-    if ((status = tk__check_storage(function, "x", x)) ||
+    if ((status = tk__check_sf_desc(function, "out_sf", out_sf, &expected,
+                                    sf_layout, "pos_to_expert's shape[0]",
+                                    words_meaning)) ||
+        (status = tk__check_storage(function, "x", x)) ||
         (status = tk__check_storage(function, "x_sf", x_sf)) ||
         (status = tk__check_storage(function, "token_topk_to_pos",
                                     token_topk_to_pos)) ||

@@ -350,10 +350,7 @@ tk_status tk_swiglu_forward_and_per_token_cast(
         byte_scales.shape[2] = 4;
         byte_scales.strides[0] = 4;
         if (packed) {
-            tk_tensor view = {.data = scales.data, .dtype = TK_U8, .rank = 3,
-                              .shape = {scales.shape[0], scales.shape[1], 4},
-                              .strides = {4, 4 * scales.strides[1], 1}};
-            byte_scales = view;
+            byte_scales = tk__packed_byte_view(&scales, scales.strides[1]);
         }
         int32_t tiles = 1;
         if (count &&

@@ -1,6 +1,6 @@
 /*
  * cast_fp4.h -- what api_cast.c and api_cast_fp4.c share (private to
- * libtk): the SF output check, the packed-SF byte view, and the entry
+ * libtk): the SF output check and the entry
  * points of api_cast_fp4.c that tk_per_token_cast and the cast_back
  * functions of api_cast.c forward to.
  */
@@ -13,9 +13,6 @@
  * dimension may have any stride. */
 tk_status tk__check_sf_output(const char *function, const tk_tensor *out_sf,
                               const tk_tensor *expected, tk_sf_layout layout);
-
-/* The packed int32 SF (rows, words) seen as bytes (rows, words, 4). */
-tk_tensor tk__packed_byte_view(const tk_tensor *sf, int64_t word_stride);
 
 /* True for the dtypes a packed FP4 tensor may have (I8 as in TileKernels,
  * U8, or E2M1 itself). */

@@ -169,6 +169,23 @@ tk_status tk__check_storage(const char *function, const char *argument,
     return TK_SUCCESS;
 }
 
+tk_status tk__check_rows(const char *function, const char *argument,
+                         const tk_tensor *x)
+{
+    if (x->shape[1] > 1 && x->strides[1] != 1)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "%s: %s: strides[1] is %lld, expected 1 (rows must be "
+                        "contiguous)",
+                        function, argument, (long long)x->strides[1]);
+    if (x->shape[0] > 1 && x->strides[0] < x->shape[1])
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "%s: %s: strides[0] is %lld, less than shape[1] = "
+                        "%lld: rows overlap",
+                        function, argument, (long long)x->strides[0],
+                        (long long)x->shape[1]);
+    return TK_SUCCESS;
+}
+
 /* ---- scale-factor layouts (tilekernels-spec.md section 3.5) ---------- */
 
 bool tk__sf_layout(int64_t rows, int64_t cols, int64_t block_m,
@@ -224,6 +241,79 @@ bool tk__sf_layout(int64_t rows, int64_t cols, int64_t block_m,
     if (bytes != NULL)
         *bytes = (size_t)size;
     return true;
+}
+
+const char *tk__sf_layout_name(tk_sf_layout layout)
+{
+    switch (layout) {
+    case TK_SF_ROW_MAJOR: return "TK_SF_ROW_MAJOR";
+    case TK_SF_COL_MAJOR: return "TK_SF_COL_MAJOR";
+    case TK_SF_PACKED_UE8M0: return "TK_SF_PACKED_UE8M0";
+    }
+    return "<invalid layout>";
+}
+
+tk_status tk__check_sf_layout(const char *function, tk_sf_layout layout,
+                              bool round_sf)
+{
+    if (layout != TK_SF_ROW_MAJOR && layout != TK_SF_COL_MAJOR &&
+        layout != TK_SF_PACKED_UE8M0)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "%s: sf_layout is %d, expected TK_SF_ROW_MAJOR, "
+                        "TK_SF_COL_MAJOR or TK_SF_PACKED_UE8M0",
+                        function, (int)layout);
+    if (layout == TK_SF_PACKED_UE8M0 && !round_sf)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "%s: sf_layout TK_SF_PACKED_UE8M0 requires round_sf "
+                        "(UE8M0 holds powers of two only)",
+                        function);
+    return TK_SUCCESS;
+}
+
+tk_status tk__check_sf_desc(const char *function, const char *argument,
+                            const tk_tensor *sf, const tk_tensor *expected,
+                            tk_sf_layout layout, const char *rows_meaning,
+                            const char *cols_meaning)
+{
+    const char *layout_name = tk__sf_layout_name(layout);
+    if (sf->dtype != expected->dtype)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "%s: %s: dtype is %s, expected %s for %s", function,
+                        argument, tk__dtype_name(sf->dtype),
+                        tk__dtype_name(expected->dtype), layout_name);
+    tk_status status;
+    if ((status = tk__check_dim(function, argument, sf, 0, expected->shape[0],
+                                rows_meaning)) ||
+        (status = tk__check_dim(function, argument, sf, 1, expected->shape[1],
+                                cols_meaning)))
+        return status;
+    for (int d = 0; d < 2; d++)
+        if (sf->shape[d] > 1 && sf->strides[d] != expected->strides[d])
+            return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                            "%s: %s: strides[%d] is %lld, expected %lld "
+                            "for %s (see tk_sf_desc)",
+                            function, argument, d, (long long)sf->strides[d],
+                            (long long)expected->strides[d], layout_name);
+    return TK_SUCCESS;
+}
+
+tk_status tk__check_packed_sf(const char *function, const char *argument,
+                              const tk_tensor *sf)
+{
+    if (sf->shape[0] > 1 && sf->strides[0] != 1)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "%s: %s: strides[0] is %lld, expected 1 (an i32 SF is "
+                        "packed UE8M0, which is column-major)",
+                        function, argument, (long long)sf->strides[0]);
+    return TK_SUCCESS;
+}
+
+tk_tensor tk__packed_byte_view(const tk_tensor *sf, int64_t word_stride)
+{
+    tk_tensor view = {.data = sf->data, .dtype = TK_U8, .rank = 3,
+                      .shape = {sf->shape[0], sf->shape[1], 4},
+                      .strides = {4, 4 * word_stride, 1}};
+    return view;
 }
 
 tk_status tk_sf_desc(int64_t rows, int64_t cols, int block_m, int block_k,

@@ -132,6 +132,11 @@ TK_INTERNAL tk_status tk__check_contiguous(const char *function,
 TK_INTERNAL tk_status tk__check_storage(const char *function,
                                         const char *argument,
                                         const tk_tensor *tensor);
+/* A (T, H) matrix with contiguous rows (strides[1] 1) that do not overlap
+ * (strides[0] >= shape[1]); size-1 dimensions may have any stride. */
+TK_INTERNAL tk_status tk__check_rows(const char *function,
+                                     const char *argument,
+                                     const tk_tensor *x);
 /* True if some dimension is 0. */
 TK_INTERNAL bool tk__tensor_empty(const tk_tensor *tensor);
 /* Shape and strides of an SF layout (tk_sf_desc without the messages);
@@ -139,6 +144,31 @@ TK_INTERNAL bool tk__tensor_empty(const tk_tensor *tensor);
 TK_INTERNAL bool tk__sf_layout(int64_t rows, int64_t cols, int64_t block_m,
                                int64_t block_k, tk_sf_layout layout,
                                tk_tensor *desc, size_t *bytes);
+
+/* "TK_SF_ROW_MAJOR", ... or "<invalid layout>", for messages. */
+TK_INTERNAL const char *tk__sf_layout_name(tk_sf_layout layout);
+/* sf_layout is a tk_sf_layout, and TK_SF_PACKED_UE8M0 comes with round_sf. */
+TK_INTERNAL tk_status tk__check_sf_layout(const char *function,
+                                          tk_sf_layout layout, bool round_sf);
+/* A rank-2 SF tensor against `expected` (tk__sf_layout's descriptor):
+ * dtype, shape (meanings name where each size comes from), and strides,
+ * except on size-1 dimensions, which may have any stride. */
+TK_INTERNAL tk_status tk__check_sf_desc(const char *function,
+                                        const char *argument,
+                                        const tk_tensor *sf,
+                                        const tk_tensor *expected,
+                                        tk_sf_layout layout,
+                                        const char *rows_meaning,
+                                        const char *cols_meaning);
+/* An i32 SF is read as packed UE8M0 (TileKernels' layout detection), which
+ * is column-major: strides[0] must be 1 unless shape[0] is 1. */
+TK_INTERNAL tk_status tk__check_packed_sf(const char *function,
+                                          const char *argument,
+                                          const tk_tensor *sf);
+/* The packed int32 SF (rows, words) seen as bytes (rows, words, 4): word
+ * [i, w] holds the exponents of blocks 4w .. 4w+3 of row i. */
+TK_INTERNAL tk_tensor tk__packed_byte_view(const tk_tensor *sf,
+                                           int64_t word_stride);
 
 /* Name of the kernel instance the last tk_* call on this thread picked
  * ("per_token_cast__bf16_128_round"), "" if it picked none.  Set before

@@ -1,16 +1,15 @@
 /*
  * block_cast.c -- references for the per-block casts: per_block_cast in
- * its three modes, per_block_cast_lossless, FP4 encoding and decoding, and
- * dequantisation of e4m3 / FP4 data (tilekernels-spec.md 3.2, 4.1, 4.2,
- * 6.4, 6.5).
+ * its three modes, per_block_cast_lossless, and dequantisation of e4m3 /
+ * FP4 data (tilekernels-spec.md 3.2, 4.1, 4.2, 6.4, 6.5).
  *
  * The order of operations is the specification: |max| over the valid
  * elements of a block, the two IEEE divisions of the scale (or the
- * power-of-two bit trick), one multiply by inv, then the conversion.  The
- * FP4 encoder picks the nearest grid value by comparing distances (ties
- * to the even code), a different method from the kernels' bit tricks.
- * Work is split over block rows, which own disjoint rows of out and of
- * the scales.
+ * power-of-two bit trick), one multiply by inv, then the conversion
+ * (e4m3 and e2m1 from numerics.c; the e2m1 encoder is integer RNE on the
+ * f32 pattern, a different method from the kernels' bit tricks).  Work is
+ * split over block rows, which own disjoint rows of out and of the
+ * scales.
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -18,50 +17,6 @@
 #include <string.h>
 
 #include "block_cast.h"
-
-static const float E2M1_GRID[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-
-uint8_t ref_e2m1_from_f32(float value) {
-    if (isnan(value))
-        return 0x7;
-    uint8_t sign = signbit(value) ? 0x8 : 0x0;
-    float magnitude = fabsf(value);
-    int best = 7; /* beyond 6 (and inf): saturate */
-    if (magnitude <= 6.0f) {
-        best = 0;
-        for (int code = 1; code < 8; code++) {
-            /* exact in f32: the grid and its midpoints are dyadic */
-            float d_best = fabsf(magnitude - E2M1_GRID[best]);
-            float d_code = fabsf(magnitude - E2M1_GRID[code]);
-            if (d_code < d_best || (d_code == d_best && code % 2 == 0))
-                best = code;
-        }
-    }
-    return (uint8_t)(sign | best);
-}
-
-float ref_e2m1_to_f32(uint8_t nibble) {
-    float magnitude = E2M1_GRID[nibble & 7];
-    return (nibble & 8) ? -magnitude : magnitude;
-}
-
-ref_scale ref_quant_scale(float amax, float qmax, float clamp_min, bool round_sf) {
-    ref_scale scale;
-    float clamped = fmaxf(amax, clamp_min);
-    float sf = clamped / qmax;
-    if (!round_sf) {
-        scale.sf = sf;
-        scale.inv = qmax / clamped; /* a second division, not 1 / sf */
-        scale.ue8m0 = 0;
-        return scale;
-    }
-    uint32_t bits = ref_f32_bits(sf);
-    int32_t exponent = (int32_t)((bits - 1u) >> 23) + 1 - 127;
-    scale.sf = ref_f32_from_bits((uint32_t)(127 + exponent) << 23);
-    scale.inv = ref_f32_from_bits((uint32_t)(127 - exponent) << 23);
-    scale.ue8m0 = (uint8_t)(127 + exponent);
-    return scale;
-}
 
 /* ---- per_block_cast ------------------------------------------------------ */
 

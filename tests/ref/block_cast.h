@@ -1,8 +1,7 @@
 /*
  * block_cast.h -- CPU references for the per-block casts (per_block_cast,
- * its SF-only and precomputed-SF modes, per_block_cast_lossless) and the
- * FP4 (e2m1) format they use (tilekernels-spec.md 3.2, 3.5, 4.1, 4.2,
- * 6.4, 6.5).  Same conventions as reference.h: host memory, row strides
+ * its SF-only and precomputed-SF modes, per_block_cast_lossless) and
+ * dequantisation (tilekernels-spec.md 3.2, 3.5, 4.1, 4.2, 6.4, 6.5).  Same conventions as reference.h: host memory, row strides
  * in elements, SF buffers laid out as ref_sf_shape_of() says, only the
  * bytes that hold a scale are written.
  */
@@ -11,20 +10,8 @@
 
 #include "reference.h"
 
-#define REF_E2M1_MAX 6.0f
-#define REF_E2M1_CLAMP_MIN 0x1.8p-124f /* 6 * 2^-126, bits 0x01C00000 */
-
-/* rn_e2m1 (spec 2.2): the nearest of {0, .5, 1, 1.5, 2, 3, 4, 6} to |x|,
- * ties to the even code, |x| > 6 and inf -> 6 (code 7), NaN -> +6 (0x7);
- * bit 3 is the sign, kept for zero results (-0.1 -> 0x8). */
-uint8_t ref_e2m1_from_f32(float value);
-/* Exact value of the nibble in the low 4 bits (code 8 is -0.0). */
-float ref_e2m1_to_f32(uint8_t nibble);
-
-/* Scale of one block for any format (spec 4.1): a = max(amax, clamp_min),
- * sf = a / qmax, inv = qmax / a; with round_sf sf = 2^e, e = ceil(log2
- * sf) from the bits, inv = 2^-e and ue8m0 = e + 127. */
-ref_scale ref_quant_scale(float amax, float qmax, float clamp_min, bool round_sf);
+/* The e2m1 format (ref_e2m1_from_f32 / ref_e2m1_to_f32, REF_E2M1_*) and
+ * the per-format scale ref_quant_scale live in numerics.c (reference.h). */
 
 /* per_block_cast (spec 4.2, 6.4): x (rows, cols) f32 or bf16 with a row
  * stride; fmt TK_E4M3 (out: rows x cols codes) or TK_E2M1 (out: rows x

@@ -9,82 +9,24 @@
  * inv (never a division by sf), then the saturating e4m3 conversion.
  * Dequantisation is one f32 multiply of the exact e4m3 value by the
  * block's scale, then RNE to bf16 if asked.  Work is split over block
- * rows, which own disjoint output rows and SF entries.
+ * rows, which own disjoint output rows and SF entries.  The block cast
+ * itself is per_block_cast's e4m3 mode (block_cast.c).
  */
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
 
-#include "reference.h"
-
-typedef struct cast_job {
-    const void *x;
-    tk_dtype in_dtype;
-    int64_t rows, cols, row_stride;
-    bool round_sf;
-    ref_sf_shape sf_shape;
-    uint8_t *out;
-    void *sf;
-} cast_job;
-
-static inline float load_input(const void *x, tk_dtype dtype, int64_t index) {
-    if (dtype == TK_BF16)
-        return ref_bf16_to_f32(((const uint16_t *)x)[index]);
-    return ((const float *)x)[index];
-}
-
-static void cast_block_rows(void *context, int64_t begin, int64_t end) {
-    const cast_job *job = context;
-    const ref_sf_shape *shape = &job->sf_shape;
-    for (int64_t block_row = begin; block_row < end; block_row++) {
-        int64_t r0 = block_row * shape->block_m;
-        int64_t r1 = r0 + shape->block_m < job->rows ? r0 + shape->block_m : job->rows;
-        for (int64_t block_col = 0; block_col < shape->nbk; block_col++) {
-            int64_t c0 = block_col * shape->block_k;
-            int64_t c1 = c0 + shape->block_k < job->cols ? c0 + shape->block_k : job->cols;
-            /* |max| over the valid part of the block only */
-            float amax = 0.0f;
-            for (int64_t r = r0; r < r1; r++)
-                for (int64_t c = c0; c < c1; c++)
-                    amax = fmaxf(amax, fabsf(load_input(job->x, job->in_dtype,
-                                                        r * job->row_stride + c)));
-            ref_scale scale = ref_sf_and_inv(amax, job->round_sf);
-            ref_sf_store(shape, job->sf, block_row, block_col, scale);
-            for (int64_t r = r0; r < r1; r++)
-                for (int64_t c = c0; c < c1; c++) {
-                    float value = load_input(job->x, job->in_dtype, r * job->row_stride + c);
-                    float scaled = value * scale.inv;
-                    job->out[r * job->cols + c] = ref_e4m3_from_f32(scaled);
-                }
-        }
-    }
-}
+#include "block_cast.h"
 
 bool ref_cast_e4m3(const void *x, tk_dtype in_dtype, int64_t rows,
                    int64_t cols, int64_t row_stride, int block_m, int block_k,
                    bool round_sf, tk_sf_layout layout, uint8_t *out, void *sf) {
-    cast_job job;
-    if (in_dtype != TK_F32 && in_dtype != TK_BF16)
-        return false;
-    if (row_stride < cols && rows > 1)
-        return false;
-    /* a UE8M0 byte can only hold a power-of-two scale (spec 15.4) */
-    if (layout == TK_SF_PACKED_UE8M0 && !round_sf)
-        return false;
-    if (!ref_sf_shape_of(rows, cols, block_m, block_k, layout, &job.sf_shape))
-        return false;
-    job.x = x;
-    job.in_dtype = in_dtype;
-    job.rows = rows;
-    job.cols = cols;
-    job.row_stride = row_stride;
-    job.round_sf = round_sf;
-    job.out = out;
-    job.sf = sf;
-    int64_t block_elements = (int64_t)block_m * (cols > 0 ? cols : 1);
-    ref_parallel_for(job.sf_shape.nbm, 1 + (1 << 16) / block_elements,
-                     cast_block_rows, &job);
-    return true;
+    /* per_block_cast's e4m3 mode is this cast: same argument checks (a
+     * UE8M0 byte only holds a power-of-two scale, spec 15.4), same amax,
+     * ref_quant_scale with the e4m3 constants (= ref_sf_and_inv), same
+     * work split */
+    return ref_per_block_cast(x, in_dtype, rows, cols, row_stride, TK_E4M3, block_m, block_k,
+                              round_sf, layout, out, sf, NULL);
 }
 
 bool ref_per_token_cast_e4m3(const void *x, tk_dtype in_dtype, int64_t rows,
@@ -118,11 +60,7 @@ static void cast_back_rows(void *context, int64_t begin, int64_t end) {
             int64_t c1 = c0 + shape->block_k < job->cols ? c0 + shape->block_k : job->cols;
             for (int64_t c = c0; c < c1; c++) {
                 int64_t index = r * job->cols + c;
-                float value = decoded[job->x[index]] * scale;
-                if (job->out_dtype == TK_BF16)
-                    ((uint16_t *)job->out)[index] = ref_bf16_from_f32(value);
-                else
-                    ((float *)job->out)[index] = value;
+                ref_store_f32(job->out, job->out_dtype, index, decoded[job->x[index]] * scale);
             }
         }
     }

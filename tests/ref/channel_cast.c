@@ -154,16 +154,9 @@ int32_t *ref_channel_moe_positions(int64_t send_tokens, int num_topk,
     for (int64_t s = 0; ok && s < senders; s++) {
         int64_t picked[64];
         int local = 0;
+        ref_rng_distinct(&rng, (uint64_t)total_experts, num_topk, picked); /* distinct experts */
         for (int k = 0; k < num_topk; k++) {
-            int64_t expert;
-            bool fresh;
-            do { /* distinct experts: redraw a repeat */
-                expert = (int64_t)(ref_rng_next(&rng) % (uint64_t)total_experts);
-                fresh = true;
-                for (int j = 0; j < k; j++)
-                    fresh = fresh && picked[j] != expert;
-            } while (!fresh);
-            picked[k] = expert;
+            int64_t expert = picked[k];
             if (expert >= local_experts)
                 continue;
             if (entries == capacity) {

@@ -159,11 +159,7 @@ static void e5m6_back_rows(void *context, int64_t begin, int64_t end) {
             ref_e5m6_unpack(words, patterns);
             for (int i = 0; i < 8; i++) {
                 float value = ref_f16_to_f32(patterns[i]) * scale;
-                int64_t index = r * job->cols + g * 8 + i;
-                if (job->out_dtype == TK_BF16)
-                    ((uint16_t *)job->out)[index] = ref_bf16_from_f32(value);
-                else
-                    ((float *)job->out)[index] = value;
+                ref_store_f32(job->out, job->out_dtype, r * job->cols + g * 8 + i, value);
             }
         }
     }

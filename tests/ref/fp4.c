@@ -3,11 +3,11 @@
  * requantisation, precomputed scales and cast_back from packed FP4
  * (tilekernels-spec.md 2.2, 3.2, 4.1-4.3, 6.1, 6.3).
  *
- * The e2m1 encoder is integer round-to-nearest-even on the f32 pattern
- * with an explicit remainder, the way TileKernels' PyTorch reference does
- * it, and deliberately not the kernels' float trick (stdlib/fp4.tk), so
- * that the GPU tests compare two independent derivations.  Everything else
- * follows cast.c: amax over the valid elements of a group, the two IEEE
+ * The e2m1 encoder (numerics.c) is integer round-to-nearest-even on the
+ * f32 pattern with an explicit remainder, the way TileKernels' PyTorch
+ * reference does it, and deliberately not the kernels' float trick
+ * (stdlib/fp4.tk), so that the GPU tests compare two independent
+ * derivations.  Everything else follows cast.c: amax over the valid elements of a group, the two IEEE
  * divisions of sf_and_inv, one multiply by inv, then the conversion.  Work
  * is split over rows, which own disjoint output rows and SF entries.
  */
@@ -18,63 +18,17 @@
 
 #include "fp4.h"
 
-/* m * 2^-shift rounded to nearest, ties to even (shift >= 1). */
-static uint32_t round_shift(uint32_t m, int shift) {
-    if (shift > 40)
-        return 0; /* m < 2^24: far below half of one unit */
-    uint64_t wide = m;
-    uint64_t q = wide >> shift;
-    uint64_t remainder = wide & ((UINT64_C(1) << shift) - 1);
-    uint64_t half = UINT64_C(1) << (shift - 1);
-    if (remainder > half || (remainder == half && (q & 1)))
-        q++;
-    return (uint32_t)q;
-}
-
-uint8_t ref_fp4_from_f32(float value) {
-    uint32_t bits = ref_f32_bits(value);
-    uint8_t sign = (uint8_t)((bits >> 28) & 8u);
-    uint32_t magnitude = bits & 0x7FFFFFFFu;
-    if (magnitude > 0x7F800000u)
-        return 0x7; /* NaN of either sign: +6 */
-    if (magnitude >= 0x40C00000u)
-        return sign | 0x7; /* 6 and above, infinity included, saturate */
-    int exponent = (int)(magnitude >> 23);
-    uint32_t mantissa = magnitude & 0x7FFFFFu;
-    /* value = m24 * 2^(e - 23) */
-    uint32_t m24 = exponent ? (mantissa | 0x800000u) : mantissa;
-    int e = exponent ? exponent - 127 : -126;
-    uint32_t code;
-    if (e >= 0) {
-        /* binades 1, 2, 4: one mantissa bit, q = value / 2^(e-1) in 2..4;
-         * a carry to 4 is the next binade's first code, as it should be */
-        code = (uint32_t)(2 * e) + round_shift(m24, 22);
-    } else {
-        /* below 1: multiples of 0.5, code = value / 0.5 = m24 * 2^(e-22) */
-        code = round_shift(m24, 22 - e);
-    }
-    return sign | (uint8_t)code;
-}
-
-float ref_fp4_to_f32(uint8_t code) {
-    static const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    float v = magnitude[code & 7];
-    return (code & 8) ? -v : v;
-}
-
 ref_scale ref_fp4_scale(float amax, tk_dtype format, bool round_sf) {
     if (format != TK_E2M1)
         return ref_sf_and_inv(amax, round_sf);
+    if (!round_sf)
+        return ref_quant_scale(amax, REF_E2M1_MAX, REF_E2M1_CLAMP_MIN, false);
+    /* next power of two >= sf (the reference's add-and-mask form; unlike
+     * ref_quant_scale's it gives inv = +0 for an infinite amax, so it is
+     * kept) */
     ref_scale scale;
-    float clamped = fmaxf(amax, ref_f32_from_bits(REF_FP4_CLAMP_MIN_BITS));
-    float sf = clamped / REF_FP4_MAX;
-    if (!round_sf) {
-        scale.sf = sf;
-        scale.inv = REF_FP4_MAX / clamped; /* a second division */
-        scale.ue8m0 = 0;
-        return scale;
-    }
-    /* next power of two >= sf (the reference's add-and-mask form) */
+    float clamped = fmaxf(amax, REF_E2M1_CLAMP_MIN);
+    float sf = clamped / REF_E2M1_MAX;
     uint32_t rounded = (ref_f32_bits(sf) + 0x007FFFFFu) & 0x7F800000u;
     scale.sf = ref_f32_from_bits(rounded);
     scale.inv = 1.0f / scale.sf; /* exact for a power of two */
@@ -114,7 +68,7 @@ static float load_element(const quant_job *job, int64_t r, int64_t c) {
         return job->e4m3[row[r * x->row_stride + c]];
     case TK_E2M1: {
         uint8_t byte = row[r * x->row_stride + c / 2];
-        return ref_fp4_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
+        return ref_e2m1_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
     }
     default:
         return NAN;
@@ -178,7 +132,7 @@ static void quant_rows(void *context, int64_t begin, int64_t end) {
                     continue;
                 }
                 uint8_t *byte = &job->out[(r * job->cols + c) / 2];
-                uint8_t code = ref_fp4_from_f32(scaled);
+                uint8_t code = ref_e2m1_from_f32(scaled);
                 *byte = c % 2 ? (uint8_t)((*byte & 0x0F) | (code << 4))
                               : (uint8_t)((*byte & 0xF0) | code);
             }
@@ -235,13 +189,6 @@ typedef struct back_job {
     void *out;
 } back_job;
 
-static void store_output(tk_dtype dtype, void *out, int64_t index, float value) {
-    if (dtype == TK_BF16)
-        ((uint16_t *)out)[index] = ref_bf16_from_f32(value);
-    else
-        ((float *)out)[index] = value;
-}
-
 static void back_rows(void *context, int64_t begin, int64_t end) {
     const back_job *job = context;
     for (int64_t r = begin; r < end; r++)
@@ -253,8 +200,8 @@ static void back_rows(void *context, int64_t begin, int64_t end) {
                                                              : job->cols;
             for (int64_t c = c0; c < c1; c++) {
                 uint8_t byte = job->x[(r * job->cols + c) / 2];
-                float value = ref_fp4_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
-                store_output(job->out_dtype, job->out, r * job->cols + c, value * scale);
+                float value = ref_e2m1_to_f32((uint8_t)(c % 2 ? byte >> 4 : byte & 0xF));
+                ref_store_f32(job->out, job->out_dtype, r * job->cols + c, value * scale);
             }
         }
 }
@@ -280,8 +227,8 @@ bool ref_unpack_e2m1(const uint8_t *x, int64_t bytes, tk_dtype out_dtype, void *
     if ((out_dtype != TK_F32 && out_dtype != TK_BF16) || bytes < 0)
         return false;
     for (int64_t j = 0; j < bytes; j++) {
-        store_output(out_dtype, out, 2 * j, ref_fp4_to_f32(x[j] & 0xF));
-        store_output(out_dtype, out, 2 * j + 1, ref_fp4_to_f32(x[j] >> 4));
+        ref_store_f32(out, out_dtype, 2 * j, ref_e2m1_to_f32(x[j] & 0xF));
+        ref_store_f32(out, out_dtype, 2 * j + 1, ref_e2m1_to_f32(x[j] >> 4));
     }
     return true;
 }

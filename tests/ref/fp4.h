@@ -16,18 +16,9 @@
 
 #include "reference.h"
 
-#define REF_FP4_MAX 6.0f
-/* 6 * 2^-126, bits 0x01C00000: the e2m1 amax floor (spec 4.1) */
-#define REF_FP4_CLAMP_MIN_BITS 0x01C00000u
-
-/* rn_e2m1 (spec 2.2) as TileKernels' reference writes it: integer
- * round-to-nearest-even with a sticky bit on the f32 pattern, magnitudes
- * above 6 (and infinities) saturate to 6 (code 7), NaN of either sign
- * gives +6 (0x7, the kernel's choice, spec 15.2), the sign goes to bit 3
- * for every other input, zero results included. */
-uint8_t ref_fp4_from_f32(float value);
-/* Exact value of the nibble in the low 4 bits of code (8 is -0.0). */
-float ref_fp4_to_f32(uint8_t code);
+/* The e2m1 encoder and decoder (ref_e2m1_from_f32 / ref_e2m1_to_f32) and
+ * the e2m1 scale constants (REF_E2M1_MAX, REF_E2M1_CLAMP_MIN) live in
+ * numerics.c (reference.h). */
 
 /* sf_and_inv (spec 4.1) for output format `format` (TK_E4M3 or
  * TK_E2M1): QMAX 448 / 6, CLAMP_MIN 1e-4 / 6 * 2^-126. */

@@ -235,22 +235,14 @@ int64_t *ref_generate_topk_idx(const ref_route_params *params, uint64_t seed, in
         ref_rng rng = ref_rng_seed(seed, (uint64_t)s);
         int64_t *row = idx + kept * topk;
         bool local = false;
+        /* distinct experts (rejection, topk << total_experts); remote
+         * ones become -1 */
+        ref_rng_distinct(&rng, (uint64_t)params->total_experts, topk, row);
         for (int k = 0; k < topk; k++) {
-            int64_t pick;
-            bool fresh;
-            do { /* distinct experts: rejection, topk << total_experts */
-                pick = (int64_t)(ref_rng_next(&rng) % (uint64_t)params->total_experts);
-                fresh = true;
-                for (int j = 0; j < k; j++)
-                    fresh = fresh && row[j] != pick && row[j] != -1 - pick;
-            } while (!fresh);
-            /* remember the pick even when it is remote, encoded as -1 - pick */
-            row[k] = pick < params->num_experts ? pick : -1 - pick;
-            local = local || pick < params->num_experts;
-        }
-        for (int k = 0; k < topk; k++)
-            if (row[k] < 0)
+            local = local || row[k] < params->num_experts;
+            if (row[k] >= params->num_experts)
                 row[k] = -1;
+        }
         if (local)
             kept++;
     }

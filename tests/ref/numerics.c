@@ -1,8 +1,8 @@
 /*
  * numerics.c -- the number formats and the scale computation every
- * reference is built on: e4m3 and bf16 conversions, sf_and_inv
- * (tilekernels-spec.md 4.1), UE8M0 bytes (3.3) and the three SF buffer
- * layouts (3.5).
+ * reference is built on: e4m3, e2m1 and bf16 conversions, sf_and_inv
+ * and the per-format scale (tilekernels-spec.md 2.2, 4.1), UE8M0 bytes
+ * (3.3) and the three SF buffer layouts (3.5).
  *
  * The conversions are written on the bit patterns so that they round the
  * way the hardware does (cvt.rn.satfinite.e4m3x2.f32, cvt.rn.bf16.f32)
@@ -91,6 +91,50 @@ float ref_bf16_to_f32(uint16_t bits) {
     return ref_f32_from_bits((uint32_t)bits << 16);
 }
 
+/* m * 2^-shift rounded to nearest, ties to even (shift >= 1). */
+static uint32_t round_shift(uint32_t m, int shift) {
+    if (shift > 40)
+        return 0; /* m < 2^24: far below half of one unit */
+    uint64_t wide = m;
+    uint64_t q = wide >> shift;
+    uint64_t remainder = wide & ((UINT64_C(1) << shift) - 1);
+    uint64_t half = UINT64_C(1) << (shift - 1);
+    if (remainder > half || (remainder == half && (q & 1)))
+        q++;
+    return (uint32_t)q;
+}
+
+uint8_t ref_e2m1_from_f32(float value) {
+    uint32_t bits = ref_f32_bits(value);
+    uint8_t sign = (uint8_t)((bits >> 28) & 8u);
+    uint32_t magnitude = bits & 0x7FFFFFFFu;
+    if (magnitude > 0x7F800000u)
+        return 0x7; /* NaN of either sign: +6 */
+    if (magnitude >= 0x40C00000u)
+        return sign | 0x7; /* 6 and above, infinity included, saturate */
+    int exponent = (int)(magnitude >> 23);
+    uint32_t mantissa = magnitude & 0x7FFFFFu;
+    /* value = m24 * 2^(e - 23) */
+    uint32_t m24 = exponent ? (mantissa | 0x800000u) : mantissa;
+    int e = exponent ? exponent - 127 : -126;
+    uint32_t code;
+    if (e >= 0) {
+        /* binades 1, 2, 4: one mantissa bit, q = value / 2^(e-1) in 2..4;
+         * a carry to 4 is the next binade's first code, as it should be */
+        code = (uint32_t)(2 * e) + round_shift(m24, 22);
+    } else {
+        /* below 1: multiples of 0.5, code = value / 0.5 = m24 * 2^(e-22) */
+        code = round_shift(m24, 22 - e);
+    }
+    return sign | (uint8_t)code;
+}
+
+float ref_e2m1_to_f32(uint8_t nibble) {
+    static const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float v = magnitude[nibble & 7];
+    return (nibble & 8) ? -v : v;
+}
+
 float ref_load_f32(const void *data, tk_dtype dtype, int64_t index) {
     switch (dtype) {
     case TK_F32:
@@ -104,14 +148,21 @@ float ref_load_f32(const void *data, tk_dtype dtype, int64_t index) {
     }
 }
 
-ref_scale ref_sf_and_inv(float amax, bool round_sf) {
+void ref_store_f32(void *data, tk_dtype dtype, int64_t index, float value) {
+    if (dtype == TK_BF16)
+        ((uint16_t *)data)[index] = ref_bf16_from_f32(value);
+    else
+        ((float *)data)[index] = value;
+}
+
+ref_scale ref_quant_scale(float amax, float qmax, float clamp_min, bool round_sf) {
     ref_scale scale;
     /* fmaxf ignores a NaN amax, like the GPU's max.f32 */
-    float clamped = fmaxf(amax, REF_E4M3_CLAMP_MIN);
-    float sf = clamped / REF_E4M3_MAX;
+    float clamped = fmaxf(amax, clamp_min);
+    float sf = clamped / qmax;
     if (!round_sf) {
         scale.sf = sf;
-        scale.inv = REF_E4M3_MAX / clamped; /* a second division, not 1/sf */
+        scale.inv = qmax / clamped; /* a second division, not 1/sf */
         scale.ue8m0 = 0;
         return scale;
     }
@@ -123,6 +174,10 @@ ref_scale ref_sf_and_inv(float amax, bool round_sf) {
     scale.inv = ref_f32_from_bits((uint32_t)(127 - exponent) << 23);
     scale.ue8m0 = (uint8_t)(127 + exponent);
     return scale;
+}
+
+ref_scale ref_sf_and_inv(float amax, bool round_sf) {
+    return ref_quant_scale(amax, REF_E4M3_MAX, REF_E4M3_CLAMP_MIN, round_sf);
 }
 
 float ref_ue8m0_to_f32(uint8_t biased_exponent) {

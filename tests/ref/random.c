@@ -43,6 +43,20 @@ float ref_rng_normal(ref_rng *rng) {
     }
 }
 
+void ref_rng_distinct(ref_rng *rng, uint64_t n, int k, int64_t *out) {
+    for (int i = 0; i < k; i++) {
+        int64_t value;
+        bool fresh;
+        do { /* rejection: k << n in every use */
+            value = (int64_t)(ref_rng_next(rng) % n);
+            fresh = true;
+            for (int j = 0; j < i; j++)
+                fresh = fresh && out[j] != value;
+        } while (!fresh);
+        out[i] = value;
+    }
+}
+
 typedef struct fill_float_job {
     void *data;
     tk_dtype dtype;

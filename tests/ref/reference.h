@@ -49,8 +49,24 @@ float ref_e4m3_to_f32(uint8_t code);
 uint16_t ref_bf16_from_f32(float value);
 float ref_bf16_to_f32(uint16_t bits);
 
+/* rn_e2m1 (spec 2.2) as TileKernels' reference writes it: integer
+ * round-to-nearest-even with a sticky bit on the f32 pattern, i.e. the
+ * nearest of {0, .5, 1, 1.5, 2, 3, 4, 6} to |x| with ties to the even
+ * code; magnitudes above 6 (and infinities) saturate to 6 (code 7), NaN of
+ * either sign gives +6 (0x7, the kernel's choice, spec 15.2), the sign
+ * goes to bit 3 for every other input, zero results included (-0.1 ->
+ * 0x8). */
+#define REF_E2M1_MAX 6.0f
+#define REF_E2M1_CLAMP_MIN 0x1.8p-124f /* 6 * 2^-126, bits 0x01C00000 */
+uint8_t ref_e2m1_from_f32(float value);
+/* Exact value of the nibble in the low 4 bits (code 8 is -0.0). */
+float ref_e2m1_to_f32(uint8_t nibble);
+
 /* Reads element `index` of a f32, bf16 or e4m3 array as f32 (exact). */
 float ref_load_f32(const void *data, tk_dtype dtype, int64_t index);
+/* Writes value into element `index` of a f32 array, or of a bf16 array
+ * (RNE) for dtype TK_BF16. */
+void ref_store_f32(void *data, tk_dtype dtype, int64_t index, float value);
 
 /* Scale of one quantisation block (tilekernels-spec.md 4.1, e4m3):
  * sf is the dequantisation scale stored in a f32 SF buffer, inv the
@@ -62,6 +78,12 @@ typedef struct ref_scale {
     uint8_t ue8m0;
 } ref_scale;
 ref_scale ref_sf_and_inv(float amax, bool round_sf);
+/* Scale of one block for any format (spec 4.1): a = max(amax, clamp_min)
+ * (a NaN amax gives clamp_min), sf = a / qmax, inv = qmax / a (a second
+ * division, not 1 / sf); with round_sf sf = 2^e, e = ceil(log2 sf) from
+ * the bits, inv = 2^-e and ue8m0 = e + 127.  ref_sf_and_inv is this with
+ * the e4m3 constants. */
+ref_scale ref_quant_scale(float amax, float qmax, float clamp_min, bool round_sf);
 /* Value of a UE8M0 byte: 2^(b - 127), and +0.0 for b == 0 (spec 3.3). */
 float ref_ue8m0_to_f32(uint8_t biased_exponent);
 
@@ -131,6 +153,10 @@ uint64_t ref_rng_next(ref_rng *rng);
 float ref_rng_uniform(ref_rng *rng);
 /* Standard normal (Box-Muller), never exactly zero. */
 float ref_rng_normal(ref_rng *rng);
+/* k distinct values in [0, n) (k <= n), out[0..k) in draw order: each is
+ * ref_rng_next(rng) % n, redrawn while it repeats an earlier one (the
+ * routing draws of the MoE references). */
+void ref_rng_distinct(ref_rng *rng, uint64_t n, int k, int64_t *out);
 
 /* Like TileKernels' generate_rand_float: normals times 2^e, finite, never
  * zero, clamped to +-FLT_MAX/8.  Each row draws its own e in

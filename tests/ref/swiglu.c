@@ -67,24 +67,6 @@ static inline float load_float(const void *x, tk_dtype dtype, int64_t index) {
     return ((const float *)x)[index];
 }
 
-/* sf_and_inv (4.1) with an amax floor that sf_clamp_min may replace. */
-static ref_scale scale_with_floor(float amax, float floor, bool round_sf) {
-    ref_scale scale;
-    float clamped = fmaxf(amax, floor);
-    float sf = clamped / REF_E4M3_MAX;
-    if (!round_sf) {
-        scale.sf = sf;
-        scale.inv = REF_E4M3_MAX / clamped;
-        scale.ue8m0 = 0;
-        return scale;
-    }
-    int32_t exponent = (int32_t)((ref_f32_bits(sf) - 1u) >> 23) + 1 - 127;
-    scale.sf = ref_f32_from_bits((uint32_t)(127 + exponent) << 23);
-    scale.inv = ref_f32_from_bits((uint32_t)(127 - exponent) << 23);
-    scale.ue8m0 = (uint8_t)(127 + exponent);
-    return scale;
-}
-
 /* The clamp of spec 6.9/6.10: fminf/fmaxf as the GPU's min/max. */
 static inline float clamp_gate(float l, float c) { return fminf(l, c); }
 static inline float clamp_up(float u, float c) { return fmaxf(fminf(u, c), -c); }
@@ -154,7 +136,8 @@ static void forward_rows(void *context, int64_t begin, int64_t end) {
             float amax = 0.0f;
             for (int64_t c = c0; c < c1; c++)
                 amax = fmaxf(amax, fabsf(act[c]));
-            ref_scale scale = scale_with_floor(amax, job->floor, args->round_sf);
+            /* sf_and_inv (4.1) with the amax floor sf_clamp_min may replace */
+            ref_scale scale = ref_quant_scale(amax, REF_E4M3_MAX, job->floor, args->round_sf);
             ref_sf_store(&job->sf_shape, job->sf, r, group, scale);
             for (int64_t c = c0; c < c1; c++)
                 job->out[r * half + c] = ref_e4m3_from_f32(act[c] * scale.inv);
@@ -468,24 +451,15 @@ bool ref_swiglu_make_mapping(int64_t sent_tokens, int num_topk,
     ref_rng rng = ref_rng_seed(seed, 0x5e1u);
     int64_t tokens = 0;
     for (int64_t t = 0; t < drawn; t++) {
-        int32_t chosen[64];
+        int64_t chosen[64];
         bool local = false;
-        for (int k = 0; k < num_topk; k++) {
-            int32_t e;
-            bool fresh;
-            do {
-                e = (int32_t)(ref_rng_next(&rng) % (uint64_t)total_experts);
-                fresh = true;
-                for (int i = 0; i < k; i++)
-                    fresh = fresh && chosen[i] != e;
-            } while (!fresh);
-            chosen[k] = e;
-            local = local || e < experts;
-        }
+        ref_rng_distinct(&rng, (uint64_t)total_experts, num_topk, chosen);
+        for (int k = 0; k < num_topk; k++)
+            local = local || chosen[k] < experts;
         if (!local)
             continue;
         for (int k = 0; k < num_topk; k++)
-            picks[tokens * num_topk + k] = chosen[k] < experts ? chosen[k] : -1;
+            picks[tokens * num_topk + k] = chosen[k] < experts ? (int32_t)chosen[k] : -1;
         tokens++;
     }
     int64_t slots = tokens * num_topk, rows = 0;
