@@ -59,7 +59,7 @@ static LLVMValueRef assemble(Codegen *cg, LLVMValueRef *values, int lanes) {
 
 LLVMValueRef cg_map_lanes(Codegen *cg, LLVMValueRef v, int lanes,
                           LLVMValueRef (*fn)(Codegen *, LLVMValueRef)) {
-    LLVMValueRef out[IR_MAX_LANES];
+    LLVMValueRef out[IR_MAX_LANES] = {0};
     if (lanes > IR_MAX_LANES) ice("%d lanes", lanes);
     for (int i = 0; i < lanes; i++) out[i] = fn(cg, extract(cg, v, i));
     return assemble(cg, out, lanes);
@@ -242,7 +242,7 @@ static LLVMValueRef f32_to_fp8(Codegen *cg, LLVMValueRef v, DType to, int lanes)
                                      : "llvm.nvvm.ff.to.e5m2x2.rn";
     LLVMBuilderRef bld = cg->builder;
     LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->context);
-    LLVMValueRef pairs[IR_MAX_LANES / 2 + 1];
+    LLVMValueRef pairs[IR_MAX_LANES / 2 + 1] = {0};
     int npairs = 0;
     for (int i = 0; i < lanes; i += 2) {
         LLVMValueRef low = extract(cg, v, i);
@@ -254,7 +254,7 @@ static LLVMValueRef f32_to_fp8(Codegen *cg, LLVMValueRef v, DType to, int lanes)
     if (lanes % 2 == 0)
         return LLVMBuildBitCast(bld, assemble(cg, pairs, npairs),
                                 LLVMVectorType(i8, (unsigned)lanes), "");
-    LLVMValueRef out[IR_MAX_LANES];
+    LLVMValueRef out[IR_MAX_LANES] = {0};
     for (int i = 0; i < lanes; i++) {
         LLVMValueRef pair = pairs[i / 2];
         if (i % 2) pair = LLVMBuildLShr(bld, pair, LLVMConstInt(LLVMTypeOf(pair), 8, 0), "");
@@ -273,7 +273,7 @@ static LLVMValueRef fp8_to_f32(Codegen *cg, LLVMValueRef v, DType from, int lane
     LLVMValueRef words = lanes % 2 == 0 && lanes > 1
                              ? LLVMBuildBitCast(bld, v, LLVMVectorType(i16, (unsigned)lanes / 2), "")
                              : NULL;
-    LLVMValueRef out[IR_MAX_LANES];
+    LLVMValueRef out[IR_MAX_LANES] = {0};
     for (int i = 0; i < lanes; i += 2) {
         LLVMValueRef pair;
         if (words) {
@@ -463,7 +463,7 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
         LLVMValueRef lane = cg_expr(cg, args[1]);
         lane = cg_convert(cg, lane, args[1]->dtype, DT_I32, lanes_of(lane), e->loc);
         int lanes = lanes_of(value);
-        LLVMValueRef out[IR_MAX_LANES];
+        LLVMValueRef out[IR_MAX_LANES] = {0};
         if (ir_dtype_class(e->dtype) == DCLASS_FLOAT8 && ir_dtype_bits(e->dtype) < 8) break;
         for (int i = 0; i < lanes; i++)
             out[i] = shuffle(cg, e->u.call.op == INTR_SHFL_XOR, extract(cg, value, i),
