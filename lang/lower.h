@@ -6,8 +6,9 @@
  *   frontend.c   loads the root file and its imports (Program, SourceFile)
  *   sema.c       module-level checks: declarations, instances, recursion,
  *                constants
- *   lower_expr.c names, typing, constant folding and inlining of
+ *   lower_expr.c names, typing, operators and constant folding of
  *                expressions (Value)
+ *   lower_call.c conversions, bitcasts, builtins and fn inlining
  *   lower_ast.c  one kernel instance -> one IR Kernel (statements)
  *
  * Nothing here is global: a Program holds all state of one compilation.
@@ -153,6 +154,54 @@ void lower_check_const(Program *program, Decl *decl);
 const char *lower_expr_text(Lower *lower, const AstNode *node);
 bool lower_is_storage_float(DType t);
 Expr *lower_at(Expr *e, Loc loc);
+
+/* ---- shared by lower_expr.c and lower_call.c ---------------------------- */
+static const Value NONE = {NULL, false};
+
+static inline Value typed(Expr *e) { return (Value){e, false}; }
+
+static inline bool is_integer(DType t) {
+    return ir_dtype_is_int(t) && t != DT_BOOL;
+}
+static inline bool is_unsigned(DType t) {
+    return ir_dtype_class(t) == DCLASS_UINT;
+}
+static inline bool is_arith_float(DType t) {
+    return t == DT_F32 || t == DT_F64;
+}
+
+/* v reduced to the width of t (two's complement wrap). */
+static inline int64_t wrap(DType t, int64_t v) {
+    int bits = ir_dtype_bits(t);
+    if (t == DT_BOOL) return v != 0;
+    if (bits >= 64) return v;
+    uint64_t mask = (1ull << bits) - 1;
+    uint64_t u = (uint64_t)v & mask;
+    if (!is_unsigned(t) && (u >> (bits - 1)) & 1) u |= ~mask;
+    return (int64_t)u;
+}
+
+static inline bool fits(DType t, int64_t v) {
+    if (t == DT_BOOL) return v == 0 || v == 1;
+    if (t == DT_U64) return v >= 0;
+    return wrap(t, v) == v && (!is_unsigned(t) || v >= 0);
+}
+
+/* lower_expr.c: constants of type t (f32 values round through float
+ * unless literal), operators with folding, operand unification. */
+Value lower_int_constant(Lower *lower, DType t, int64_t v, Loc loc, bool literal);
+Value lower_float_constant(Lower *lower, DType t, double v, Loc loc, bool literal);
+Value lower_binary_op(Lower *lower, BinOp op, Value a, Value b, Loc loc);
+Value lower_unary_op(Lower *lower, UnOp op, Value a, Loc loc);
+bool lower_unify(Lower *lower, Value *a, Value *b, bool widen, const char *op,
+           Loc loc);
+Value lower_copy_value(Lower *lower, Value value, Loc loc, bool relocate);
+
+/* lower_call.c: the AST_BITCAST and AST_CALL cases of lower_expr, and a
+ * fn's lets and value lowered in the current scope. */
+Value lower_bitcast(Lower *lower, const AstNode *node);
+Value lower_call(Lower *lower, const AstNode *node);
+Value lower_fn_body(Lower *lower, Decl *fn);
 
 /* ---- lower_ast.c ------------------------------------------------------ */
 /* Instantiates every instance of a kernel declaration into the module. */

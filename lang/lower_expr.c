@@ -1,5 +1,5 @@
 /*
- * lower_expr.c -- expressions: names, typing, constant folding, inlining.
+ * lower_expr.c -- expressions: names, typing, operators, constant folding.
  *
  * An AST expression becomes a typed IR Expr (a Value) in the kernel being
  * instantiated.  The rules (docs/language.md, "Types"):
@@ -17,7 +17,8 @@
  *    to their width, f32 results round through float, integer '/' and '%'
  *    are floor division and modulo, `c ? a : b` with a constant c is a or b.
  *  - fn calls are inlined: arguments are bound to the parameters and
- *    substituted (copied) at every use.
+ *    substituted (copied) at every use.  Calls, conversions and bitcasts
+ *    are lowered in lower_call.c.
  *
  * Every error goes through lower_error, which also deduplicates: an error
  * in a fn or a generic kernel is reported once, not once per instance.
@@ -29,16 +30,10 @@
 
 #include "lower.h"
 
-#define LOWER_MAX_INLINE_DEPTH 64
-
-static const Value NONE = {NULL, false};
-
 Expr *lower_at(Expr *e, Loc loc) {
     if (e) e->loc = loc;
     return e;
 }
-
-static Value typed(Expr *e) { return (Value){e, false}; }
 
 /* ---- errors ----------------------------------------------------------- */
 
@@ -146,43 +141,19 @@ bool lower_is_storage_float(DType t) {
 static bool is_numeric(DType t) {
     return t != DT_BOOL && t != DT_VOID;
 }
-static bool is_integer(DType t) {
-    return ir_dtype_is_int(t) && t != DT_BOOL;
-}
-static bool is_unsigned(DType t) {
-    return ir_dtype_class(t) == DCLASS_UINT;
-}
-static bool is_arith_float(DType t) { return t == DT_F32 || t == DT_F64; }
-
-/* v reduced to the width of t (two's complement wrap). */
-static int64_t wrap(DType t, int64_t v) {
-    int bits = ir_dtype_bits(t);
-    if (t == DT_BOOL) return v != 0;
-    if (bits >= 64) return v;
-    uint64_t mask = (1ull << bits) - 1;
-    uint64_t u = (uint64_t)v & mask;
-    if (!is_unsigned(t) && (u >> (bits - 1)) & 1) u |= ~mask;
-    return (int64_t)u;
-}
-
-static bool fits(DType t, int64_t v) {
-    if (t == DT_BOOL) return v == 0 || v == 1;
-    if (t == DT_U64) return v >= 0;
-    return wrap(t, v) == v && (!is_unsigned(t) || v >= 0);
-}
 
 static double round_to(DType t, double v) {
     return t == DT_F32 ? (double)(float)v : v;
 }
 
-static Value int_value(Lower *lower, DType t, int64_t v, Loc loc,
-                       bool literal) {
+Value lower_int_constant(Lower *lower, DType t, int64_t v, Loc loc,
+                bool literal) {
     Expr *e = lower_at(ir_int(lower->kernel, t, v), loc);
     return (Value){e, literal};
 }
 
-static Value float_value(Lower *lower, DType t, double v, Loc loc,
-                         bool literal) {
+Value lower_float_constant(Lower *lower, DType t, double v, Loc loc,
+                  bool literal) {
     Expr *e = lower_at(ir_float(lower->kernel, t, literal ? v : round_to(t, v)),
                        loc);
     return (Value){e, literal};
@@ -197,12 +168,12 @@ Value lower_adapt(Lower *lower, Value value, DType to, Loc loc) {
                         (long long)e->u.int_value, ir_dtype_name(to));
             return NONE;
         }
-        return int_value(lower, to, e->u.int_value, e->loc, false);
+        return lower_int_constant(lower, to, e->u.int_value, e->loc, false);
     }
     if (e->kind == EXPR_FLOAT && is_arith_float(to))
-        return float_value(lower, to, e->u.float_value, e->loc, false);
+        return lower_float_constant(lower, to, e->u.float_value, e->loc, false);
     if (e->kind == EXPR_FLOAT && lower_is_storage_float(to)) {
-        Value wide = float_value(lower, DT_F32, e->u.float_value, e->loc, false);
+        Value wide = lower_float_constant(lower, DT_F32, e->u.float_value, e->loc, false);
         return typed(lower_at(ir_cast(lower->kernel, CAST_CONVERT, to,
                                       wide.expr), e->loc));
     }
@@ -317,21 +288,21 @@ static Value fold_float(Lower *lower, BinOp op, DType t, bool literal,
     case BIN_DIV: r = a / b; break;
     case BIN_MIN: r = fmin(a, b); break;
     case BIN_MAX: r = fmax(a, b); break;
-    case BIN_EQ: return int_value(lower, DT_BOOL, a == b, loc, false);
-    case BIN_NE: return int_value(lower, DT_BOOL, a != b, loc, false);
-    case BIN_LT: return int_value(lower, DT_BOOL, a < b, loc, false);
-    case BIN_LE: return int_value(lower, DT_BOOL, a <= b, loc, false);
-    case BIN_GT: return int_value(lower, DT_BOOL, a > b, loc, false);
-    case BIN_GE: return int_value(lower, DT_BOOL, a >= b, loc, false);
+    case BIN_EQ: return lower_int_constant(lower, DT_BOOL, a == b, loc, false);
+    case BIN_NE: return lower_int_constant(lower, DT_BOOL, a != b, loc, false);
+    case BIN_LT: return lower_int_constant(lower, DT_BOOL, a < b, loc, false);
+    case BIN_LE: return lower_int_constant(lower, DT_BOOL, a <= b, loc, false);
+    case BIN_GT: return lower_int_constant(lower, DT_BOOL, a > b, loc, false);
+    case BIN_GE: return lower_int_constant(lower, DT_BOOL, a >= b, loc, false);
     default: ice("fold_float: operator %d", op);
     }
-    return float_value(lower, t, r, loc, literal);
+    return lower_float_constant(lower, t, r, loc, literal);
 }
 
 /* Brings two operands to one type: storage floats widen when `widen`,
  * literals adapt to the typed side.  False after reporting a mismatch. */
-static bool unify(Lower *lower, Value *a, Value *b, bool widen, const char *op,
-                  Loc loc) {
+bool lower_unify(Lower *lower, Value *a, Value *b, bool widen, const char *op,
+           Loc loc) {
     if (widen) {
         *a = lower_promote(lower, *a);
         *b = lower_promote(lower, *b);
@@ -342,16 +313,16 @@ static bool unify(Lower *lower, Value *a, Value *b, bool widen, const char *op,
     DType ta = a->expr->dtype, tb = b->expr->dtype;
     if (ta == tb) return true;
     if (!widen && (lower_is_storage_float(ta) || lower_is_storage_float(tb)))
-        return unify(lower, a, b, true, op, loc);
+        return lower_unify(lower, a, b, true, op, loc);
     lower_error(lower, loc, "mismatched operand types %s and %s in '%s'; use a "
                 "conversion", ir_dtype_name(ta), ir_dtype_name(tb), op);
     return false;
 }
 
-static Value binary(Lower *lower, BinOp op, Value a, Value b, Loc loc) {
+Value lower_binary_op(Lower *lower, BinOp op, Value a, Value b, Loc loc) {
     if (!a.expr || !b.expr) return NONE;
     bool logical = op == BIN_LAND || op == BIN_LOR;
-    if (!unify(lower, &a, &b, !logical && op != BIN_EQ && op != BIN_NE,
+    if (!lower_unify(lower, &a, &b, !logical && op != BIN_EQ && op != BIN_NE,
                binop_text(op), loc))
         return NONE;
     DType t = a.expr->dtype;
@@ -377,8 +348,8 @@ static Value binary(Lower *lower, BinOp op, Value a, Value b, Loc loc) {
                       loc, &r))
             return NONE;
         if (is_comparison(op) || logical)
-            return int_value(lower, DT_BOOL, r, loc, false);
-        return int_value(lower, t, literal ? r : wrap(t, r), loc, literal);
+            return lower_int_constant(lower, DT_BOOL, r, loc, false);
+        return lower_int_constant(lower, t, literal ? r : wrap(t, r), loc, literal);
     }
     if (x->kind == EXPR_FLOAT && y->kind == EXPR_FLOAT && op != BIN_MOD)
         return fold_float(lower, op, t, literal, x->u.float_value,
@@ -401,10 +372,10 @@ static Value binary(Lower *lower, BinOp op, Value a, Value b, Loc loc) {
 }
 
 Value lower_binary(Lower *lower, BinOp op, Value a, Value b, Loc loc) {
-    return binary(lower, op, a, b, loc);
+    return lower_binary_op(lower, op, a, b, loc);
 }
 
-static Value unary(Lower *lower, UnOp op, Value a, Loc loc) {
+Value lower_unary_op(Lower *lower, UnOp op, Value a, Loc loc) {
     if (!a.expr) return NONE;
     if (op != UN_LNOT) a = lower_promote(lower, a);
     Expr *x = a.expr;
@@ -433,11 +404,11 @@ static Value unary(Lower *lower, UnOp op, Value a, Loc loc) {
         case UN_LNOT: r = !v; break;
         default: r = is_unsigned(t) || v >= 0 ? v : (int64_t)(0 - (uint64_t)v); break;
         }
-        return int_value(lower, t, a.literal ? r : wrap(t, r), loc, a.literal);
+        return lower_int_constant(lower, t, a.literal ? r : wrap(t, r), loc, a.literal);
     }
     if (x->kind == EXPR_FLOAT) {
         double v = x->u.float_value;
-        return float_value(lower, t, op == UN_NEG ? -v : fabs(v), loc, a.literal);
+        return lower_float_constant(lower, t, op == UN_NEG ? -v : fabs(v), loc, a.literal);
     }
     return typed(lower_at(ir_unary(lower->kernel, op, x), loc));
 }
@@ -452,7 +423,7 @@ static Value ternary(Lower *lower, const AstNode *node) {
                     ir_dtype_name(cond.expr->dtype));
         return NONE;
     }
-    if (!unify(lower, &a, &b, false, "?:", node->loc)) return NONE;
+    if (!lower_unify(lower, &a, &b, false, "?:", node->loc)) return NONE;
     if (cond.expr->kind == EXPR_INT) return cond.expr->u.int_value ? a : b;
     a = lower_materialize(lower, a, node->loc);
     b = lower_materialize(lower, b, node->loc);
@@ -463,7 +434,7 @@ static Value ternary(Lower *lower, const AstNode *node) {
 
 /* ---- names ------------------------------------------------------------ */
 
-static Value copy_value(Lower *lower, Value value, Loc loc, bool relocate) {
+Value lower_copy_value(Lower *lower, Value value, Loc loc, bool relocate) {
     Expr *e = ir_copy_expr(lower->kernel, value.expr);
     if (relocate) e->loc = loc;
     return (Value){e, value.literal};
@@ -488,8 +459,8 @@ static Value identifier(Lower *lower, const AstNode *node) {
     }
     if (binding) {
         switch (binding->kind) {
-        case BIND_CONST: return copy_value(lower, binding->value, node->loc, true);
-        case BIND_EXPR: return copy_value(lower, binding->value, node->loc, false);
+        case BIND_CONST: return lower_copy_value(lower, binding->value, node->loc, true);
+        case BIND_EXPR: return lower_copy_value(lower, binding->value, node->loc, false);
         case BIND_VAR: return typed(lower_at(ir_var(k, binding->var), node->loc));
         case BIND_DTYPE:
             lower_error(lower, node->loc, "'%s' is a type, not a value", name);
@@ -576,300 +547,6 @@ static Value load(Lower *lower, const AstNode *node) {
                           node->loc));
 }
 
-/* ---- conversions -------------------------------------------------------- */
-
-static Value convert(Lower *lower, Value v, DType to, Loc loc) {
-    Expr *e = v.expr;
-    if (!e) return NONE;
-    DType from = e->dtype;
-    if (to == DT_BOOL && from != DT_BOOL) {
-        lower_error(lower, loc, "cannot convert %s to bool; compare with 0 "
-                    "instead", ir_dtype_name(from));
-        return NONE;
-    }
-    if (from == to) return typed(e);
-    if (e->kind == EXPR_INT && is_integer(to))
-        return int_value(lower, to, wrap(to, e->u.int_value), loc, false);
-    if (e->kind == EXPR_INT && is_arith_float(to)) {
-        double d = is_unsigned(from) && !v.literal ? (double)(uint64_t)e->u.int_value
-                                                    : (double)e->u.int_value;
-        return float_value(lower, to, d, loc, false);
-    }
-    if (e->kind == EXPR_FLOAT && is_arith_float(to))
-        return float_value(lower, to, e->u.float_value, loc, false);
-    if (e->kind == EXPR_FLOAT && is_integer(to)) {
-        double t = trunc(e->u.float_value);
-        if (t >= -9.2e18 && t <= 9.2e18 && fits(to, (int64_t)t))
-            return int_value(lower, to, (int64_t)t, loc, false);
-    }
-    v = lower_materialize(lower, v, loc);
-    if (!v.expr) return NONE;
-    if (v.expr->dtype == to) return v;
-    return typed(lower_at(ir_cast(lower->kernel, CAST_CONVERT, to, v.expr), loc));
-}
-
-static Value bitcast(Lower *lower, const AstNode *node) {
-    DType to;
-    if (!lower_resolve_type(lower, node->type, &to)) return NONE;
-    Value v = lower_materialize(lower, lower_expr(lower, node->a), node->loc);
-    if (!v.expr) return NONE;
-    DType from = v.expr->dtype;
-    if (from == DT_BOOL || to == DT_BOOL) {
-        lower_error(lower, node->loc, "bitcast cannot take or give a bool");
-        return NONE;
-    }
-    if (ir_dtype_bits(from) != ir_dtype_bits(to)) {
-        lower_error(lower, node->loc, "bitcast from %s (%d bits) to %s (%d "
-                    "bits) needs equal widths", ir_dtype_name(from),
-                    ir_dtype_bits(from), ir_dtype_name(to), ir_dtype_bits(to));
-        return NONE;
-    }
-    if (from == to) return v;
-    Expr *e = v.expr;
-    if (e->kind == EXPR_INT && is_integer(to))
-        return int_value(lower, to, wrap(to, e->u.int_value), node->loc, false);
-    if (e->kind == EXPR_INT && to == DT_F32) {
-        uint32_t bits = (uint32_t)e->u.int_value;
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        return float_value(lower, to, f, node->loc, false);
-    }
-    if (e->kind == EXPR_FLOAT && from == DT_F32 && is_integer(to)) {
-        float f = (float)e->u.float_value;
-        uint32_t bits;
-        memcpy(&bits, &f, sizeof bits);
-        return int_value(lower, to, wrap(to, bits), node->loc, false);
-    }
-    return typed(lower_at(ir_cast(lower->kernel, CAST_BITCAST, to, e), node->loc));
-}
-
-/* ---- calls -------------------------------------------------------------- */
-
-static bool arg_count(Lower *lower, const AstNode *node, int expected) {
-    int count = ast_count(node->list);
-    if (count == expected) return true;
-    lower_error(lower, node->loc, "'%s' takes %d argument%s, got %d",
-                node->name, expected, expected == 1 ? "" : "s", count);
-    return false;
-}
-
-/* An f32 argument of a math builtin (storage floats widen, literals
- * adapt). */
-static Expr *f32_arg(Lower *lower, const AstNode *call, int i) {
-    const AstNode *node = ast_at(call->list, i);
-    Value v = lower_promote(lower, lower_expr(lower, node));
-    v = lower_adapt(lower, v, DT_F32, node->loc);
-    if (!v.expr) return NULL;
-    if (v.expr->dtype != DT_F32) {
-        lower_error(lower, node->loc, "'%s' needs an f32 argument, got %s",
-                    call->name, ir_dtype_name(v.expr->dtype));
-        return NULL;
-    }
-    return v.expr;
-}
-
-static Value inline_fn(Lower *lower, Decl *fn, const AstNode *call);
-
-static Value builtin_call(Lower *lower, const AstNode *node, bool *found) {
-    static const struct { const char *name; Intrinsic op; int nargs; DType result; }
-    math[] = {
-        {"exp", INTR_EXP, 1, DT_F32},         {"exp2", INTR_EXP2, 1, DT_F32},
-        {"rsqrt", INTR_RSQRT, 1, DT_F32},     {"sqrt", INTR_SQRT, 1, DT_F32},
-        {"sigmoid", INTR_SIGMOID, 1, DT_F32}, {"fma", INTR_FMA, 3, DT_F32},
-        {"isfinite", INTR_ISFINITE, 1, DT_BOOL},
-        {"log1p", INTR_LOG1P, 1, DT_F32},
-        {"f16_rz_bits", INTR_F16_RZ_BITS, 1, DT_U16},
-        {"e2m1_bits", INTR_E2M1_BITS, 1, DT_U8},
-    };
-    const char *name = node->name;
-    Kernel *k = lower->kernel;
-    *found = true;
-    for (size_t i = 0; i < sizeof math / sizeof math[0]; i++) {
-        if (strcmp(math[i].name, name) != 0) continue;
-        if (!arg_count(lower, node, math[i].nargs)) return NONE;
-        Expr *args[3];
-        bool ok = true;
-        for (int j = 0; j < math[i].nargs; j++)
-            if (!(args[j] = f32_arg(lower, node, j))) ok = false;
-        if (!ok) return NONE;
-        return typed(lower_at(ir_call(k, math[i].op, math[i].result, args,
-                                      math[i].nargs), node->loc));
-    }
-    if (strcmp(name, "abs") == 0) {
-        if (!arg_count(lower, node, 1)) return NONE;
-        return unary(lower, UN_ABS, lower_expr(lower, ast_at(node->list, 0)),
-                     node->loc);
-    }
-    if (strcmp(name, "min") == 0 || strcmp(name, "max") == 0 ||
-        strcmp(name, "ceildiv") == 0) {
-        if (!arg_count(lower, node, 2)) return NONE;
-        Value a = lower_expr(lower, ast_at(node->list, 0));
-        Value b = lower_expr(lower, ast_at(node->list, 1));
-        if (name[0] == 'm')
-            return binary(lower, name[1] == 'i' ? BIN_MIN : BIN_MAX, a, b,
-                          node->loc);
-        if (!a.expr || !b.expr) return NONE;
-        if (!unify(lower, &a, &b, false, "ceildiv", node->loc)) return NONE;
-        if (!is_integer(a.expr->dtype)) {
-            lower_error(lower, node->loc, "'ceildiv' needs integer operands, "
-                        "got %s", ir_dtype_name(a.expr->dtype));
-            return NONE;
-        }
-        /* (a + b - 1) / b, with '/' the floor division */
-        Value b2 = copy_value(lower, b, node->loc, false);
-        Value one = int_value(lower, DT_I32, 1, node->loc, true);
-        Value sum = binary(lower, BIN_ADD, a, b, node->loc);
-        return binary(lower, BIN_DIV, binary(lower, BIN_SUB, sum, one, node->loc),
-                      b2, node->loc);
-    }
-    if (strcmp(name, "popcount") == 0) {
-        if (!arg_count(lower, node, 1)) return NONE;
-        const AstNode *arg = ast_at(node->list, 0);
-        Value v = lower_materialize(lower, lower_expr(lower, arg), arg->loc);
-        if (!v.expr) return NONE;
-        if (!is_integer(v.expr->dtype) || ir_dtype_bits(v.expr->dtype) < 32) {
-            lower_error(lower, arg->loc, "'popcount' needs a 32- or 64-bit "
-                        "integer, got %s", ir_dtype_name(v.expr->dtype));
-            return NONE;
-        }
-        return typed(lower_at(ir_call(k, INTR_POPCOUNT, DT_I32, &v.expr, 1),
-                              node->loc));
-    }
-    if (strcmp(name, "shfl_xor") == 0 || strcmp(name, "shfl_idx") == 0) {
-        if (!arg_count(lower, node, 2)) return NONE;
-        const AstNode *arg0 = ast_at(node->list, 0);
-        Value v = lower_promote(lower, lower_expr(lower, arg0));
-        v = lower_materialize(lower, v, arg0->loc);
-        Value lane = lower_int_index(lower, ast_at(node->list, 1));
-        if (!v.expr || !lane.expr) return NONE;
-        DType t = v.expr->dtype;
-        if (t != DT_I32 && t != DT_U32 && t != DT_F32) {
-            lower_error(lower, arg0->loc, "'%s' moves i32, u32 or f32 values, "
-                        "got %s", name, ir_dtype_name(t));
-            return NONE;
-        }
-        Expr *args[2] = {v.expr, lane.expr};
-        return typed(lower_at(ir_call(k, name[5] == 'x' ? INTR_SHFL_XOR
-                                                         : INTR_SHFL_IDX,
-                                      t, args, 2), node->loc));
-    }
-    *found = false;
-    return NONE;
-}
-
-static Value call(Lower *lower, const AstNode *node) {
-    const char *name = node->name;
-    Binding *binding = lower_find(lower, name);
-    DType dtype;
-    if (binding && binding->kind != BIND_DTYPE) {
-        lower_error(lower, node->loc, "'%s' is not a function", name);
-        return NONE;
-    }
-    if (lower_is_type_name(lower, name, &dtype)) {
-        if (!arg_count(lower, node, 1)) return NONE;
-        return convert(lower, lower_expr(lower, ast_at(node->list, 0)), dtype,
-                       node->loc);
-    }
-    Decl *decl = program_lookup(lower->file, name);
-    if (decl && decl->kind == DECL_FN) return inline_fn(lower, decl, node);
-    if (decl) {
-        lower_error(lower, node->loc, "'%s' is a %s and cannot be called", name,
-                    decl->kind == DECL_CONST ? "constant" : "kernel");
-        return NONE;
-    }
-    bool found;
-    Value result = builtin_call(lower, node, &found);
-    if (!found) lower_error(lower, node->loc, "unknown function '%s'", name);
-    return result;
-}
-
-/* Lowers a fn's lets and return value in a fresh scope whose only names
- * are the fn's parameters (bound by the caller) and its file's globals. */
-static Value fn_body(Lower *lower, Decl *fn) {
-    const AstNode *node = fn->node;
-    for (int i = 0; i < ast_count(node->list2); i++) {
-        const AstNode *let = ast_at(node->list2, i);
-        if (let->kind != AST_LET) continue;
-        Value v = lower_materialize(lower, lower_expr(lower, let->a), let->loc);
-        Binding *binding = lower_define(lower, let->name, BIND_EXPR, let->loc);
-        binding->value = v;
-        if (!v.expr) return NONE;
-    }
-    DType result_type;
-    DType declared = DT_VOID;
-    if (!lower_resolve_type(lower, node->type, &declared)) return NONE;
-    Value v = lower_adapt(lower, lower_expr(lower, node->a), declared,
-                          node->a->loc);
-    if (!v.expr) return NONE;
-    if (declared == DT_F32) v = lower_promote(lower, v);
-    result_type = v.expr->dtype;
-    if (result_type != declared) {
-        lower_error(lower, node->a->loc, "fn '%s' returns %s but its value "
-                    "is %s", fn->name, ir_dtype_name(declared),
-                    ir_dtype_name(result_type));
-        return NONE;
-    }
-    return v;
-}
-
-static Value inline_fn(Lower *lower, Decl *fn, const AstNode *call_node) {
-    if (fn->bad) {
-        lower->failed = true;
-        return NONE;
-    }
-    const AstNode *node = fn->node;
-    int nparams = ast_count(node->list);
-    if (!arg_count(lower, call_node, nparams)) return NONE;
-    if (lower->inline_depth >= LOWER_MAX_INLINE_DEPTH) {
-        lower_error(lower, call_node->loc, "fn calls nest too deeply");
-        return NONE;
-    }
-    Value args[64];
-    if (nparams > 64) {
-        lower_error(lower, call_node->loc, "too many arguments");
-        return NONE;
-    }
-    bool ok = true;
-    for (int i = 0; i < nparams; i++) {
-        const AstNode *param = ast_at(node->list, i);
-        const AstNode *arg = ast_at(call_node->list, i);
-        DType type;
-        if (!ir_dtype_from_name(param->type->name, &type)) return NONE;
-        Value v = lower_adapt(lower, lower_expr(lower, arg), type, arg->loc);
-        if (type == DT_F32) v = lower_promote(lower, v);
-        if (v.expr && v.expr->dtype != type) {
-            lower_error(lower, arg->loc, "argument %d of '%s' must be %s, "
-                        "got %s", i + 1, fn->name, ir_dtype_name(type),
-                        ir_dtype_name(v.expr->dtype));
-            v = NONE;
-        }
-        if (!v.expr) ok = false;
-        args[i] = v;
-    }
-    if (!ok) return NONE;
-
-    NameScope *saved_scope = lower->scope;
-    SourceFile *saved_file = lower->file;
-    bool saved_symbols = lower->make_symbols;
-    lower->scope = NULL;
-    lower->file = fn->file;
-    lower->make_symbols = false;
-    lower->inline_depth++;
-    lower_push_scope(lower);
-    for (int i = 0; i < nparams; i++) {
-        const AstNode *param = ast_at(node->list, i);
-        Binding *binding = lower_define(lower, param->name, BIND_EXPR, param->loc);
-        binding->value = args[i];
-    }
-    Value result = fn_body(lower, fn);
-    lower->inline_depth--;
-    lower->scope = saved_scope;
-    lower->file = saved_file;
-    lower->make_symbols = saved_symbols;
-    if (result.expr) result.expr->loc = call_node->loc;
-    return result;
-}
-
 /* ---- entry points ------------------------------------------------------- */
 
 Value lower_expr(Lower *lower, const AstNode *node) {
@@ -882,23 +559,23 @@ Value lower_expr(Lower *lower, const AstNode *node) {
                             "fit in u32", (long long)node->int_value);
                 return NONE;
             }
-            return int_value(lower, DT_U32, node->int_value, node->loc, false);
+            return lower_int_constant(lower, DT_U32, node->int_value, node->loc, false);
         }
-        return int_value(lower, DT_I32, node->int_value, node->loc, true);
+        return lower_int_constant(lower, DT_I32, node->int_value, node->loc, true);
     case AST_FLOAT:
-        return float_value(lower, DT_F32, node->float_value, node->loc,
+        return lower_float_constant(lower, DT_F32, node->float_value, node->loc,
                            !node->flag);
-    case AST_BOOL: return int_value(lower, DT_BOOL, node->flag, node->loc, false);
+    case AST_BOOL: return lower_int_constant(lower, DT_BOOL, node->flag, node->loc, false);
     case AST_IDENT: return identifier(lower, node);
     case AST_INDEX: return load(lower, node);
-    case AST_CALL: return call(lower, node);
-    case AST_BITCAST: return bitcast(lower, node);
+    case AST_CALL: return lower_call(lower, node);
+    case AST_BITCAST: return lower_bitcast(lower, node);
     case AST_UNARY:
-        return unary(lower, (UnOp)node->op, lower_expr(lower, node->a), node->loc);
+        return lower_unary_op(lower, (UnOp)node->op, lower_expr(lower, node->a), node->loc);
     case AST_BINARY: {
         Value a = lower_expr(lower, node->a);
         Value b = lower_expr(lower, node->b);
-        return binary(lower, (BinOp)node->op, a, b, node->loc);
+        return lower_binary_op(lower, (BinOp)node->op, a, b, node->loc);
     }
     case AST_TERNARY: return ternary(lower, node);
     case AST_ERROR: lower->failed = true; return NONE;
@@ -1004,8 +681,8 @@ Value lower_const_value(Lower *lower, Decl *decl, Loc use) {
         return NONE;
     }
     if (ir_dtype_is_float(decl->const_type))
-        return float_value(lower, decl->const_type, decl->float_value, use, false);
-    return int_value(lower, decl->const_type, decl->int_value, use, false);
+        return lower_float_constant(lower, decl->const_type, decl->float_value, use, false);
+    return lower_int_constant(lower, decl->const_type, decl->int_value, use, false);
 }
 
 void lower_check_fn(Program *program, Decl *decl) {
@@ -1019,6 +696,6 @@ void lower_check_fn(Program *program, Decl *decl) {
         Binding *binding = lower_define(&lower, param->name, BIND_VAR, param->loc);
         binding->var = ir_new_var(lower.kernel, param->name, type, VAR_LET);
     }
-    fn_body(&lower, decl);
+    lower_fn_body(&lower, decl);
     if (lower.failed) decl->bad = true;
 }
