@@ -17,7 +17,6 @@
  *
  * requires: tile level.  Changes nothing.
  */
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "tile_util.h"
@@ -36,18 +35,6 @@ typedef struct {
     int parallel_depth;
 } CheckCtx;
 
-static void error(CheckCtx *ctx, Loc loc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void error(CheckCtx *ctx, Loc loc, const char *fmt, ...)
-{
-    char message[1024];
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(message, sizeof message, fmt, args);
-    va_end(args);
-    diag_error(ctx->diag, loc, "%s", message);
-    ctx->ok = false;
-}
 
 /* ---- interval evaluation ----------------------------------------------- */
 
@@ -152,7 +139,7 @@ static void check_index(CheckCtx *ctx, Loc loc, const Buffer *b, int d,
         ? arena_printf(ctx->k->arena, "index %lld", (long long)r.lo)
         : arena_printf(ctx->k->arena, "indices %lld..%lld", (long long)r.lo,
                        (long long)last);
-    error(ctx, loc, "%s of dim %d of '%s' out of bounds (shape %s)", span, d,
+    pass_error(ctx->diag, &ctx->ok, loc, "%s of dim %d of '%s' out of bounds (shape %s)", span, d,
           b->name, pass_format_extents(ctx->k->arena, shape, b->rank));
 }
 
@@ -183,12 +170,12 @@ static void check_region(CheckCtx *ctx, Loc loc, const Region *r,
     bool constant = bounded(b) && pass_buffer_const_shape(b, shape);
     for (int d = 0; d < b->rank; d++) {
         if (r->extent[d] < 0) {
-            error(ctx, loc, "%s region of '%s': negative extent on dim %d",
+            pass_error(ctx->diag, &ctx->ok, loc, "%s region of '%s': negative extent on dim %d",
                   what, b->name, d);
             continue;
         }
         if (constant && r->extent[d] > shape[d]) {
-            error(ctx, loc,
+            pass_error(ctx->diag, &ctx->ok, loc,
                   "%s region of '%s': extent %lld on dim %d exceeds the "
                   "shape %s", what, b->name, (long long)r->extent[d], d,
                   pass_format_extents(ctx->k->arena, shape, b->rank));
@@ -209,7 +196,7 @@ static void check_copy(CheckCtx *ctx, Stmt *s)
     for (int d = 0; same && d < n; d++)
         same = src[d] == dst[d];
     if (!same)
-        error(ctx, s->loc, "copy from '%s' %s to '%s' %s: the shapes differ",
+        pass_error(ctx->diag, &ctx->ok, s->loc, "copy from '%s' %s to '%s' %s: the shapes differ",
               s->u.copy.src.buffer->name,
               pass_format_extents(ctx->k->arena, src, n),
               s->u.copy.dst.buffer->name,
@@ -225,7 +212,7 @@ static void check_fill(CheckCtx *ctx, Stmt *s)
     check_region(ctx, s->loc, &s->u.fill.dst, "fill");
     if (!v || v->lanes != 1 || v->dtype == DT_VOID ||
         (v->dtype == DT_BOOL) != (b->dtype == DT_BOOL))
-        error(ctx, s->loc, "fill of '%s' (%s) with a %s value", b->name,
+        pass_error(ctx->diag, &ctx->ok, s->loc, "fill of '%s' (%s) with a %s value", b->name,
               ir_dtype_name(b->dtype),
               v ? ir_dtype_name(v->dtype) : "missing");
 }
@@ -237,18 +224,18 @@ static void check_reduce(CheckCtx *ctx, Stmt *s)
     Arena *arena = ctx->k->arena;
     if (src->scope != SCOPE_FRAGMENT || dst->scope != SCOPE_FRAGMENT) {
         const Buffer *bad = src->scope != SCOPE_FRAGMENT ? src : dst;
-        error(ctx, s->loc, "reduce works on fragments: '%s' is a %s buffer",
+        pass_error(ctx->diag, &ctx->ok, s->loc, "reduce works on fragments: '%s' is a %s buffer",
               bad->name, ir_scope_name(bad->scope));
         return;
     }
     if (dim < 0 || dim >= src->rank) {
-        error(ctx, s->loc, "reduce over dim %d of '%s', which has rank %d",
+        pass_error(ctx->diag, &ctx->ok, s->loc, "reduce over dim %d of '%s', which has rank %d",
               dim, src->name, src->rank);
         return;
     }
     if (src->dtype == DT_BOOL || dst->dtype == DT_BOOL ||
         src->dtype == DT_VOID || dst->dtype == DT_VOID) {
-        error(ctx, s->loc, "reduce %s of '%s' (%s) into '%s' (%s): not a "
+        pass_error(ctx->diag, &ctx->ok, s->loc, "reduce %s of '%s' (%s) into '%s' (%s): not a "
               "numeric type", ir_reduce_name(s->u.reduce.op), src->name,
               ir_dtype_name(src->dtype), dst->name, ir_dtype_name(dst->dtype));
         return;
@@ -265,7 +252,7 @@ static void check_reduce(CheckCtx *ctx, Stmt *s)
     for (int d = 0; same && d < n; d++)
         same = have[d] == want[d];
     if (!same)
-        error(ctx, s->loc,
+        pass_error(ctx->diag, &ctx->ok, s->loc,
               "reduce over dim %d of '%s' %s gives shape %s, but '%s' has "
               "shape %s", dim, src->name,
               pass_format_extents(arena, shape, src->rank),
@@ -312,11 +299,11 @@ static void check_stmt(CheckCtx *ctx, Stmt *s)
     }
     case STMT_PARALLEL:
         if (ctx->parallel_depth > 0)
-            error(ctx, s->loc, "parallel loop nested in a parallel loop");
+            pass_error(ctx->diag, &ctx->ok, s->loc, "parallel loop nested in a parallel loop");
         for (int d = 0; d < s->u.parallel.rank; d++) {
             int64_t extent = s->u.parallel.extent[d];
             if (extent <= 0)
-                error(ctx, s->loc, "parallel loop over %s: extents must be "
+                pass_error(ctx->diag, &ctx->ok, s->loc, "parallel loop over %s: extents must be "
                       "positive", pass_format_extents(ctx->k->arena,
                                                       s->u.parallel.extent,
                                                       s->u.parallel.rank));
@@ -339,7 +326,7 @@ static void check_stmt(CheckCtx *ctx, Stmt *s)
         break;
     case STMT_REDUCE:
         if (ctx->parallel_depth > 0)
-            error(ctx, s->loc, "reduce inside a parallel loop");
+            pass_error(ctx->diag, &ctx->ok, s->loc, "reduce inside a parallel loop");
         check_reduce(ctx, s);
         break;
     default:

@@ -23,7 +23,6 @@
  * Nothing is rewritten here; lower_parallel turns the layouts into code.
  * requires: lower_tile_ops has run.  guarantees: KSTATE_LAYOUTS.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,20 +54,6 @@ typedef struct {
     Expr **lets;           /* value of each LET var of the body, by id */
     int nlets;
 } LoopScan;
-
-/* diag_error, and remember that the pass failed. */
-static void error(InferCtx *ctx, Loc loc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void error(InferCtx *ctx, Loc loc, const char *fmt, ...)
-{
-    char message[1024];
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(message, sizeof message, fmt, args);
-    va_end(args);
-    diag_error(ctx->diag, loc, "%s", message);
-    ctx->ok = false;
-}
 
 /* ---- scanning a PARALLEL body ------------------------------------------ */
 
@@ -287,7 +272,7 @@ static void check_fragment_access(InferCtx *ctx, Stmt *loop, Access *a,
         for (int i = 0; i < ctx->failed.count && !cascade; i++)
             cascade = ctx->failed.items[i] == b;
         if (!cascade && !seen(reported, b, k->arena))
-            error(ctx, a->loc,
+            pass_error(ctx->diag, &ctx->ok, a->loc,
                   "fragment '%s' is read before any layout is set: no "
                   "earlier parallel loop or reduce writes it",
                   b->name);
@@ -296,7 +281,7 @@ static void check_fragment_access(InferCtx *ctx, Stmt *loop, Access *a,
     bool parent_loop = l->reduced && !loop_layout->reduced;
     if (parent_loop && a->store) {
         if (!seen(reported, b, k->arena))
-            error(ctx, a->loc,
+            pass_error(ctx->diag, &ctx->ok, a->loc,
                   "fragment '%s' has a reduced layout: a loop over its "
                   "parent shape %s may only read it",
                   b->name,
@@ -310,7 +295,7 @@ static void check_fragment_access(InferCtx *ctx, Stmt *loop, Access *a,
         exact = a->indices[d]->kind == EXPR_VAR &&
                 a->indices[d]->u.var == loop->u.parallel.vars[d];
     if (!exact && !seen(reported, b, k->arena))
-        error(ctx, a->loc,
+        pass_error(ctx->diag, &ctx->ok, a->loc,
               "fragment '%s' must be indexed by the loop variables (%s) of "
               "this parallel loop",
               b->name, loop_vars_text(k, loop, count));
@@ -378,7 +363,7 @@ static void infer_parallel(InferCtx *ctx, Stmt *loop)
     pass_visit_stmts(loop->u.parallel.body, scan_stmt, &scan);
     if (scan.nested) {
         /* both work on whole tiles, which a single thread does not own */
-        error(ctx, scan.nested->loc, "%s inside a parallel loop",
+        pass_error(ctx->diag, &ctx->ok, scan.nested->loc, "%s inside a parallel loop",
               scan.nested->kind == STMT_REDUCE ? "reduce" : "parallel loop");
         return;
     }
@@ -397,7 +382,7 @@ static void infer_parallel(InferCtx *ctx, Stmt *loop)
             continue;
         Layout *want = loop_layout_for(k, b->layout, loop);
         if (!want) {
-            error(ctx, loop->loc,
+            pass_error(ctx->diag, &ctx->ok, loop->loc,
                   "layout conflict in parallel loop over %s: fragment '%s' "
                   "has layout %s",
                   pass_format_extents(arena, extent, rank), b->name,
@@ -441,7 +426,7 @@ static void infer_parallel(InferCtx *ctx, Stmt *loop)
         if (!pass_buffer_const_shape(b, shape) || b->rank != layout->rank ||
             !same_extents(shape, layout->extent, layout->rank)) {
             if (!seen(&reported, b, arena))
-                error(ctx, a->loc,
+                pass_error(ctx->diag, &ctx->ok, a->loc,
                       "fragment '%s' is written in a parallel loop over %s "
                       "but its shape differs",
                       b->name, pass_format_extents(arena, extent, rank));
@@ -477,19 +462,19 @@ static bool reduce_layout(InferCtx *ctx, Stmt *s)
     int dim = s->u.reduce.dim;
     if (src->scope != SCOPE_FRAGMENT || dst->scope != SCOPE_FRAGMENT) {
         Buffer *bad = src->scope != SCOPE_FRAGMENT ? src : dst;
-        error(ctx, s->loc, "reduce works on fragments: '%s' is a %s buffer",
+        pass_error(ctx->diag, &ctx->ok, s->loc, "reduce works on fragments: '%s' is a %s buffer",
               bad->name, ir_scope_name(bad->scope));
         return false;
     }
     Layout *l = src->layout;
     if (!l) {
-        error(ctx, s->loc,
+        pass_error(ctx->diag, &ctx->ok, s->loc,
               "fragment '%s' is read by reduce before any layout is set: no "
               "earlier parallel loop writes it", src->name);
         return false;
     }
     if (l->reduced) {
-        error(ctx, s->loc,
+        pass_error(ctx->diag, &ctx->ok, s->loc,
               "reduce over '%s': it is itself a reduction result (layout "
               "%s)", src->name, pass_format_layout(arena, l));
         return false;
@@ -533,7 +518,7 @@ static bool reduce_layout(InferCtx *ctx, Stmt *s)
     int64_t shape[IR_MAX_RANK];
     if (!pass_buffer_const_shape(dst, shape) || dst->rank != r->rank ||
         !same_extents(shape, r->extent, r->rank)) {
-        error(ctx, s->loc, "reduce of '%s' into '%s': the result must have "
+        pass_error(ctx->diag, &ctx->ok, s->loc, "reduce of '%s' into '%s': the result must have "
               "shape %s", src->name, dst->name,
               pass_format_extents(arena, r->extent, r->rank));
         return false;
@@ -562,7 +547,7 @@ static Expr *check_block_load(void *opaque, Expr *e)
 {
     BlockCheck *check = opaque;
     if (e->kind == EXPR_LOAD && e->u.load.buffer->scope == SCOPE_FRAGMENT)
-        error(check->ctx, e->loc.line ? e->loc : check->loc,
+        pass_error(check->ctx->diag, &check->ctx->ok, e->loc.line ? e->loc : check->loc,
               "fragment '%s' is accessed outside a parallel loop: its "
               "elements live in different threads",
               e->u.load.buffer->name);
@@ -590,7 +575,7 @@ static void walk(InferCtx *ctx, Stmt *s)
     BlockCheck check = {ctx, s->loc};
     pass_rewrite_stmt_exprs(s, false, check_block_load, &check);
     if (s->kind == STMT_STORE && s->u.store.buffer->scope == SCOPE_FRAGMENT)
-        error(ctx, s->loc,
+        pass_error(ctx->diag, &ctx->ok, s->loc,
               "fragment '%s' is accessed outside a parallel loop: its "
               "elements live in different threads",
               s->u.store.buffer->name);
@@ -609,7 +594,7 @@ static void check_alloc(void *opaque, Stmt *s)
         return;
     Buffer *b = s->u.alloc.buffer;
     if (b->scope == SCOPE_FRAGMENT && !b->layout)
-        error(ctx, s->loc,
+        pass_error(ctx->diag, &ctx->ok, s->loc,
               "fragment '%s' is never written by a parallel loop or reduce, "
               "so it has no layout", b->name);
 }

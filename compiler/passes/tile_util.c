@@ -11,6 +11,9 @@
 #include <math.h>
 #include <string.h>
 
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "tile_util.h"
 
 Expr *pass_index(Kernel *k, int64_t value)
@@ -363,4 +366,15 @@ const char *pass_format_layout(Arena *arena, const Layout *l)
         arena, "reduced %s of %s (%d threads, vec %d, group %d)", shape,
         pass_format_extents(arena, l->parent_extent, l->parent_rank),
         l->threads, l->vec, l->group);
+}
+
+void pass_error(Diag *diag, bool *ok, Loc loc, const char *fmt, ...)
+{
+    char message[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    diag_error(diag, loc, "%s", message);
+    *ok = false;
 }

@@ -49,6 +49,11 @@ void pass_rewrite_stmt_exprs(Stmt *s, bool recurse, PassExprFn fn,
 typedef void (*PassStmtFn)(void *ctx, Stmt *s);
 void pass_visit_stmts(Stmt *s, PassStmtFn fn, void *ctx);
 
+/* diag_error, and *ok = false: how a tile pass reports a user error and
+ * remembers that it failed. */
+void pass_error(Diag *diag, bool *ok, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Shape of a region: the extents of its non-singleton dimensions, in
  * order.  Returns the rank of the shape. */
 int pass_region_shape(const Region *r, int64_t shape[IR_MAX_RANK]);
