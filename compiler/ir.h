@@ -308,7 +308,20 @@ typedef enum {
  * threads, since group divides threads and 32) share one result element:
  * every one of them holds a copy (replication).  Replica 0 is the thread
  * with (c % group) == 0. */
+typedef enum {
+    LAYOUT_CHUNKED, /* chunks of `vec` dealt round-robin (above) */
+    LAYOUT_MMA      /* the wgmma accumulator / A-register layout (below) */
+} LayoutKind;
+
+/* LAYOUT_MMA (docs/hopper.md section 4): a rank-2 tile [M, N] held the way
+ * wgmma holds an m64nN f32 accumulator (and, with N = K, a 16-bit A operand
+ * in registers).  M is cut into 64-row atoms; atom a belongs to warpgroup
+ * a % warpgroups, in m-slot a / warpgroups.  Within an atom, row r and
+ * column j live in thread 128*wg + 32*(r/16) + 4*(r%8) + (j%8)/2 at local
+ * index  mslot*(N/2) + (j/8)*4 + ((r%16)/8)*2 + j%2.  threads =
+ * 128*warpgroups; slots = M/(64*warpgroups) m-slots, N/2 elements each. */
 typedef struct Layout {
+    LayoutKind kind;
     int rank;                          /* rank of the tile itself */
     int64_t extent[IR_MAX_RANK];       /* tile shape */
     int threads;                       /* block threads the tile spans */
@@ -318,6 +331,7 @@ typedef struct Layout {
     int parent_rank;                   /* reduced: rank + 1 */
     int64_t parent_extent[IR_MAX_RANK];/* reduced: the parent tile shape */
     int group;                         /* reduced: chunks per result */
+    int warpgroups;                    /* MMA: warpgroups along M */
 } Layout;
 
 struct Buffer {
@@ -348,8 +362,25 @@ struct Buffer {
                                    for dumps (ir_print may show it as a
                                    comment); NULL before plan_shared */
     bool read_only;             /* GLOBAL: never stored to (ld.global.nc) */
+    /* SHARED, set by lower_tma / lower_gemm / pipeline_loops for the
+     * buffers the async units (TMA, wgmma) touch; plan_shared obeys it:
+     *   SHARED_ASYNC_NONE      plan_shared chooses freely;
+     *   SHARED_ASYNC_PLAIN     pitch = shape[last] (dense rows), no
+     *                          swizzle, base aligned to 128 bytes;
+     *   SHARED_ASYNC_SWIZZLE128 pitch = shape[last] and each row exactly
+     *                          128 bytes, swizzle_shift 0 (the TMA/wgmma
+     *                          128-byte swizzle: 16-byte chunk c of row r
+     *                          at chunk c ^ (r % 8)), base aligned to 1024;
+     *   SHARED_ASYNC_MBARRIER  u64 mbarrier objects, 8-byte aligned. */
+    int async_kind;
+    /* SHARED: true when every cross-thread ordering of this buffer is
+     * carried by mbarriers (pipeline_loops, lower_tma): insert_barriers
+     * leaves it alone. */
+    bool mbarrier_synchronized;
     Loc loc;
 };
+enum { SHARED_ASYNC_NONE, SHARED_ASYNC_PLAIN, SHARED_ASYNC_SWIZZLE128,
+       SHARED_ASYNC_MBARRIER };
 
 /* ===================================================================== */
 /* ir.c : statements                                                      */
@@ -367,7 +398,8 @@ typedef struct Region {
 #define IR_LOOP_KINDS(X)                                                     \
     X(SERIAL, "serial")       /* ordinary loop, per thread                */  \
     X(UNROLL, "unroll")       /* constant trip count, fully unrolled      */  \
-    X(VECTORIZED, "vectorized") /* constant trip count, one vector op     */
+    X(VECTORIZED, "vectorized") /* constant trip count, one vector op     */ \
+    X(PIPELINED, "pipelined") /* tile level: software pipeline, `stages` */
 
 typedef enum {
 #define X(e, text) LOOP_##e,
@@ -392,6 +424,58 @@ typedef enum {
         ATOMIC_COUNT
 } AtomicOp;
 
+/* Hint values of copy(..., tma = H) and launch hints (docs/hopper.md):
+ * AUTO lets the compiler decide, OFF forbids, ON forces (an error when
+ * the copy or kernel cannot use it). */
+typedef enum { HINT_AUTO, HINT_OFF, HINT_ON } Hint;
+
+/* Roles of a PIPELINED loop (set by warp_specialize; docs/hopper.md 3). */
+#define IR_PIPE_ROLES(X)                                                     \
+    X(BOTH, "both")         /* every thread produces and consumes         */ \
+    X(PRODUCER, "producer") /* the producer warp's half: only TMA copies  */ \
+    X(CONSUMER, "consumer") /* the consumer warpgroups' half              */
+typedef enum {
+#define X(e, text) PIPE_##e,
+    IR_PIPE_ROLES(X)
+#undef X
+        PIPE_COUNT
+} PipeRole;
+
+/* mbarrier operations.  X(ENUM, text, has_value).  The value is the
+ * arrival count (INIT), the transaction bytes (EXPECT_TX: an arrive that
+ * also expects that many bytes), or the phase parity to wait for (WAIT:
+ * blocks until the phase with that parity has completed). */
+#define IR_MBARRIER_OPS(X)                                                   \
+    X(INIT, "init", 1) X(ARRIVE, "arrive", 0) X(EXPECT_TX, "expect_tx", 1)   \
+    X(WAIT, "wait", 1)
+typedef enum {
+#define X(e, text, v) MBAR_##e,
+    IR_MBARRIER_OPS(X)
+#undef X
+        MBAR_COUNT
+} MbarrierOp;
+
+/* Fences and other operand-less async bookkeeping.  X(ENUM, text,
+ * has_value): WGMMA_WAIT / TMA_STORE_WAIT wait until at most `value`
+ * groups are pending; SETMAXNREG_* set the warpgroup's register count to
+ * `value` (24..256, multiple of 8). */
+#define IR_FENCE_OPS(X)                                                      \
+    X(MBARRIER_INIT, "mbarrier_init", 0) /* fence.mbarrier_init         */   \
+    X(PROXY_ASYNC, "proxy_async", 0)     /* fence.proxy.async.shared::cta */ \
+    X(WGMMA_FENCE, "wgmma_fence", 0)     /* wgmma.fence                  */  \
+    X(WGMMA_COMMIT, "wgmma_commit", 0)   /* wgmma.commit_group           */  \
+    X(WGMMA_WAIT, "wgmma_wait", 1)       /* wgmma.wait_group N           */  \
+    X(TMA_STORE_COMMIT, "tma_store_commit", 0) /* cp.async.bulk.commit  */   \
+    X(TMA_STORE_WAIT, "tma_store_wait", 1) /* cp.async.bulk.wait_group.read */ \
+    X(SETMAXNREG_INC, "setmaxnreg_inc", 1)                                   \
+    X(SETMAXNREG_DEC, "setmaxnreg_dec", 1)
+typedef enum {
+#define X(e, text, v) FENCE_##e,
+    IR_FENCE_OPS(X)
+#undef X
+        FENCE_COUNT
+} FenceOp;
+
 /* Statement kinds.  X(ENUM, text, level): level T = tile level only
  * (gone after lower_parallel), A = any level. */
 #define IR_STMT_KINDS(X)                                                     \
@@ -410,7 +494,12 @@ typedef enum {
     X(ATOMIC, "atomic", A)    /* u.atomic: buffer[indices] op= value     */  \
     X(EVAL, "eval", A)        /* u.eval: expression for its effect       */  \
     X(RETURN, "return", A)    /* thread exits                            */  \
-    X(ASSERT, "assert", A)    /* u.assert_: trap when false              */
+    X(ASSERT, "assert", A)    /* u.assert_: trap when false              */  \
+    X(GEMM, "gemm", T)        /* u.gemm: tile matrix multiply-accumulate */  \
+    X(MBARRIER, "mbarrier", A) /* u.mbarrier: init/arrive/expect_tx/wait */  \
+    X(TMA, "tma", A)          /* u.tma: one cp.async.bulk.tensor         */  \
+    X(WGMMA, "wgmma", A)      /* u.wgmma: one wgmma.mma_async            */  \
+    X(FENCE, "fence", A)      /* u.fence: fences, wgmma groups, setmaxnreg */
 
 typedef enum {
 #define X(e, text, level) STMT_##e,
@@ -433,15 +522,33 @@ struct Stmt {
                  /* as for EXPR_LOAD; false lanes skip the store */
         struct { Buffer *buffer; } alloc;
         struct { Var *var; Expr *begin, *end; int64_t step; LoopKind kind;
-                 Stmt *body; } loop;                 /* end exclusive */
+                 Stmt *body;
+                 int stages;      /* PIPELINED: ring depth (>= 1) */
+                 PipeRole role;   /* PIPELINED: see IR_PIPE_ROLES */
+                 int pipe_id;     /* PIPELINED: pairs a PRODUCER loop with
+                                     its CONSUMER loop (same id) */
+               } loop;                               /* end exclusive */
         struct { int rank; Var *vars[IR_MAX_RANK];
                  int64_t extent[IR_MAX_RANK];
                  Layout *layout;                     /* set by
                                                        infer_layouts */
                  Stmt *body; } parallel;
-        struct { Expr *cond; Stmt *then_body, *else_body; } if_;
-        struct { bool warp_only; } barrier;
-        struct { Region src, dst; } copy;
+        struct { Expr *cond; Stmt *then_body, *else_body;
+                 bool warp_specialized; /* warp_specialize's split: then =
+                                           producer warpgroup, else =
+                                           consumer warpgroups */ } if_;
+        struct { bool warp_only;
+                 int id, threads; /* named barrier `bar.sync id, threads`;
+                                     id 0 / threads 0 = the whole block */
+               } barrier;
+        struct { Region src, dst;
+                 Hint tma;        /* the user's copy(..., tma = ...) hint */
+                 int tensor_map;  /* lower_tma: index in Kernel.tensor_maps
+                                     when this copy is a TMA copy, else -1 */
+                 Region barrier;  /* TMA loads: the mbarrier element they
+                                     complete on (buffer NULL until
+                                     lower_tma / pipeline_loops set it) */
+               } copy;
         struct { Region dst; Expr *value; } fill;
         struct { ReduceOp op; Buffer *src, *dst; int dim; bool clear; }
             reduce;
@@ -449,6 +556,36 @@ struct Stmt {
             atomic;
         struct { Expr *value; } eval;
         struct { Expr *cond; const char *message; } assert_;
+        /* C[M,N] (+)= op(A) op(B), f32 (or f16) accumulation into the
+         * fragment C.  A is [M,K] ([K,M] when transpose_a), in shared
+         * memory or a fragment; B is [K,N] ([N,K] when transpose_b) in
+         * shared memory.  Regions may drop leading dims (extent 0), e.g.
+         * a stage of a multi-versioned buffer.  clear: C = A*B. */
+        struct { Region a, b; Buffer *c; bool transpose_a, transpose_b,
+                 clear; } gemm;
+        /* bar: one element of a SHARED_ASYNC_MBARRIER buffer (extent 0
+         * on every dim); value per IR_MBARRIER_OPS. */
+        struct { MbarrierOp op; Region bar; Expr *value; } mbarrier;
+        /* One bulk tensor copy of a box (smem region extents, row-major;
+         * the tensor map's box) between global memory, described by
+         * Kernel.tensor_maps[tensor_map], and shared memory.  coords: the
+         * box origin in global elements, outermost first (rank of the
+         * tensor map).  Loads complete on `bar` (transaction bytes counted
+         * by an EXPECT_TX on it); stores are bulk-group tracked. */
+        struct { bool store; Region smem; int tensor_map;
+                 Expr *coords[IR_MAX_RANK]; Region bar; } tma;
+        /* One wgmma.mma_async m64nNkK for one warpgroup.  a: shared
+         * region origin of the 64 x K A slice (or, when a.buffer is LOCAL,
+         * a.start[0] is the first of the K/2*... A registers; see
+         * docs/hopper.md 5), b: shared region origin of the N x K (or
+         * K x N) B slice.  acc: the LOCAL accumulator array, registers
+         * [acc_offset, acc_offset + n/2).  scale_d: bool, false = ignore
+         * the accumulator's old value.  Descriptors are computed by
+         * codegen from the planned shared layout. */
+        struct { Region a, b; Buffer *acc; int64_t acc_offset;
+                 int m, n, k; DType ab_dtype, acc_dtype;
+                 bool transpose_a, transpose_b; Expr *scale_d; } wgmma;
+        struct { FenceOp op; int64_t value; } fence;
     } u;
 };
 
@@ -478,6 +615,19 @@ typedef struct Constraint {
 #define KSTATE_VECTOR 4   /* vectorize has run */
 #define KSTATE_SHARED 8   /* shared buffers have offsets */
 
+/* A TMA tensor map (CUtensorMap) the launcher encodes from a tensor
+ * argument before every launch (cached) and passes as a 128-byte
+ * __grid_constant__ parameter after the symbols (docs/hopper.md 2).
+ * box is row-major (outermost first), like Region extents; element
+ * strides are 1; out-of-bounds elements read as zero and are not
+ * written. */
+typedef struct TensorMap {
+    Buffer *global;                /* the SCOPE_GLOBAL tensor it maps */
+    int rank;                      /* = global->rank */
+    int64_t box[IR_MAX_RANK];      /* box extents, outermost first */
+    int swizzle_bytes;             /* 0 (none) or 128 */
+} TensorMap;
+
 typedef struct Kernel {
     const char *name;        /* PTX entry: <kernel>__<instance> */
     const char *source_name; /* kernel name in the .tk source */
@@ -493,6 +643,16 @@ typedef struct Kernel {
     Var *block_vars[3];      /* may be NULL */
     Stmt *body;
     int64_t shared_bytes;    /* set by plan_shared */
+    TensorMap *tensor_maps;  /* lower_tma; parameters after the symbols */
+    int ntensor_maps;
+    Hint hint_tma;           /* launch ... with(tma = ...) */
+    Hint hint_warp_specialize; /* launch ... with(warp_specialize = ...) */
+    int compute_threads;     /* threads the tile code runs on: = threads,
+                                or the consumer threads once
+                                warp_specialize added a producer
+                                warpgroup after them */
+    int min_blocks;          /* > 0: .maxntid threads + .minnctapersm
+                                min_blocks (needed for setmaxnreg) */
     int nvars;               /* next Var.id */
     PtrVec vars;             /* every Var, indexed by Var.id (ir_new_var) */
     PtrVec buffers;          /* every Buffer, in creation order */
@@ -570,6 +730,12 @@ const char *ir_loop_name(LoopKind kind);
 const char *ir_reduce_name(ReduceOp op);
 const char *ir_atomic_name(AtomicOp op);
 const char *ir_scope_name(Scope scope);
+const char *ir_pipe_role_name(PipeRole role);
+const char *ir_mbarrier_op_name(MbarrierOp op);
+bool ir_mbarrier_op_has_value(MbarrierOp op);
+const char *ir_fence_op_name(FenceOp op);
+bool ir_fence_op_has_value(FenceOp op);
+const char *ir_hint_name(Hint hint); /* "auto", "off", "on" */
 
 /* ===================================================================== */
 /* ir_print.c / ir_parse.c                                                */
@@ -655,6 +821,32 @@ int ir_loop_vector_lanes(const Stmt *loop);
  * tile statements (copy shapes agree, reduce dims, fragment accesses in
  * bounds when constant).  Changes nothing. */
 bool pass_check_types(Kernel *k, Diag *diag);
+/* passes/lower_tma.c -- requires: tile level.  Decides, for every
+ * block-level COPY between a global tensor and a whole shared buffer (or
+ * a stage of one), whether it becomes a TMA copy (docs/hopper.md 2):
+ * records a TensorMap, sets copy.tensor_map and the shared buffer's
+ * async_kind.  A TMA copy outside a PIPELINED loop gets its own mbarrier
+ * protocol here.  Honours copy and kernel hints; with
+ * pass_explain_tma set, says for every copy why it is or is not TMA. */
+bool pass_lower_tma(Kernel *k, Diag *diag);
+extern bool pass_explain_tma;
+/* passes/warp_specialize.c -- requires: lower_tma.  When a PIPELINED
+ * loop's shared inputs all arrive by TMA (and the hints allow), splits
+ * the block into consumer warpgroups (threads [0, C)) and one producer
+ * warpgroup (threads [C, C+128)) with setmaxnreg; sets compute_threads,
+ * threads, min_blocks; marks the loops PRODUCER / CONSUMER. */
+bool pass_warp_specialize(Kernel *k, Diag *diag);
+/* passes/pipeline_loops.c -- requires: lower_tma, warp_specialize.  Turns
+ * every PIPELINED loop into a SERIAL loop over an N-stage ring: TMA
+ * destinations get a leading stage dimension, full/empty mbarriers with
+ * phase parity guard each slot, a prologue fills the ring.  Safe for
+ * zero- and one-iteration loops and guarded bodies. */
+bool pass_pipeline_loops(Kernel *k, Diag *diag);
+/* passes/lower_gemm.c -- requires KSTATE_LAYOUTS.  GEMM becomes wgmma
+ * statements per warpgroup (fence, mma_async over m-slots, N atoms and K
+ * steps, commit, wait) on the accumulator's MMA layout; marks the shared
+ * operands SWIZZLE128. */
+bool pass_lower_gemm(Kernel *k, Diag *diag);
 /* passes/lower_tile_ops.c -- COPY and FILL at block level become PARALLEL
  * loops (with global edge predicates); inside a PARALLEL body they become
  * per-thread UNROLL loops. */

@@ -21,15 +21,24 @@ typedef struct PassEntry {
     PassFn run;
 } PassEntry;
 
-/* The order matters: layouts need the tile ops lowered to PARALLEL loops,
+/* The order matters.  The Hopper passes work on tile statements first:
+ * lower_tma picks the TMA copies, warp_specialize splits producer and
+ * consumer warps around a pipelined loop of TMA copies, pipeline_loops
+ * builds the stage ring and its mbarriers (docs/hopper.md).  Then:
+ * layouts need the tile ops lowered to PARALLEL loops, lower_gemm needs
+ * the accumulator layouts,
  * lower_parallel needs layouts, simplify cleans up the index arithmetic
  * lower_parallel leaves, plan_shared wants the thread-level accesses to
  * choose a swizzle, vectorize needs plain index expressions to prove
  * contiguity, and barriers go in last, over the final accesses. */
 static const PassEntry pipeline[] = {
     {"check_types", pass_check_types},
+    {"lower_tma", pass_lower_tma},
+    {"warp_specialize", pass_warp_specialize},
+    {"pipeline_loops", pass_pipeline_loops},
     {"lower_tile_ops", pass_lower_tile_ops},
     {"infer_layouts", pass_infer_layouts},
+    {"lower_gemm", pass_lower_gemm},
     {"lower_parallel", pass_lower_parallel},
     {"simplify", pass_simplify},
     {"plan_shared", pass_plan_shared},
