@@ -18,7 +18,10 @@
  * the kernel(s) on the default stream and returns the libtk status.
  * verify compares the outputs of the last launch bit-exactly (or as the
  * kernel's spec demands) with the CPU reference and writes a short reason
- * into detail on failure.  teardown frees everything.
+ * into detail on failure.  teardown frees everything.  GEMM rows are
+ * also described by a tkb_compute (TKB_REGISTER_COMPUTE): tkbench then
+ * prints them in a second table in TFLOP/s against the ceiling measured
+ * in the same run.
  */
 #ifndef TK_BENCH_H
 #define TK_BENCH_H
@@ -56,6 +59,25 @@ void tkb_register(const tkb_case *cases, int count);
     __attribute__((constructor)) static void tkb_register_##cases(void) \
     {                                                                    \
         tkb_register(cases, (int)(sizeof(cases) / sizeof(cases[0])));   \
+    }
+
+/* Compute-bound rows (the GEMMs): a registered case's floating-point
+ * operations per launch, reported as TFLOP/s, and an optional
+ * vendor-library launch on the same state (cuBLAS), timed the same way
+ * right after the case as its ceiling; the ceiling returns
+ * TK_ERROR_UNSUPPORTED when the library is missing. */
+typedef struct tkb_compute {
+    const tkb_case *row;
+    double flops;
+    tk_status (*ceiling)(void *state);
+} tkb_compute;
+
+void tkb_register_compute(const tkb_compute *rows, int count);
+
+#define TKB_REGISTER_COMPUTE(rows)                                              \
+    __attribute__((constructor)) static void tkb_register_compute_##rows(void) \
+    {                                                                           \
+        tkb_register_compute(rows, (int)(sizeof(rows) / sizeof(rows[0])));     \
     }
 
 /* Helpers for family files (tkbench.c). */

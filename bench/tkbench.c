@@ -16,6 +16,9 @@
  * The rows of this file (transposes, per_token_cast, cast_back) are
  * built in; kernel families add theirs from bench/bench_<family>.c
  * through bench.h's registry (TKB_REGISTER), timed the same way.
+ * Compute-bound rows (the GEMMs) carry their flop count and a vendor
+ * ceiling (cuBLAS) timed right after them: they get a second table in
+ * TFLOP/s and % of the ceiling, and three more CSV columns.
  *
  * Usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE]
  * Exit status: 0 all checks passed, 1 a check or launch failed, 2 no
@@ -84,6 +87,7 @@ typedef struct result {
     double bytes;
     double median_us, min_us, p20_us, p80_us;
     double gbs, percent_copy;
+    double tflops, ceiling_tflops; /* compute-bound rows; 0 = none */
     const char *check; /* "ok", "FAIL", "error" */
     char detail[200];
 } result;
@@ -485,6 +489,24 @@ void tkb_register(const tkb_case *cases, int count)
         registered[nregistered++] = &cases[i];
 }
 
+static const tkb_compute *compute_rows[MAX_REGISTERED];
+static int ncompute;
+
+void tkb_register_compute(const tkb_compute *rows, int count)
+{
+    for (int i = 0; i < count && ncompute < MAX_REGISTERED; i++)
+        compute_rows[ncompute++] = &rows[i];
+}
+
+/* The compute description of a case, or NULL for a memory-bound row. */
+static const tkb_compute *compute_of(const tkb_case *c)
+{
+    for (int i = 0; i < ncompute; i++)
+        if (compute_rows[i]->row == c)
+            return compute_rows[i];
+    return NULL;
+}
+
 
 bool tkb_alloc(const tkb_context *ctx, CUdeviceptr *ptr, size_t bytes)
 {
@@ -558,6 +580,16 @@ static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
     bool checked = c->verify(&tctx, state, r->detail, sizeof r->detail);
     r->check = checked ? "ok" : "FAIL";
     bool ok = time_launches(ctx, c->launch, state, r);
+    const tkb_compute *compute = compute_of(c);
+    if (ok && compute && compute->flops > 0)
+        r->tflops = compute->flops / (r->median_us * 1e-6) / 1e12;
+    if (r->tflops > 0 && compute->ceiling) {
+        /* the ceiling's own statistics are not kept; a missing library
+         * (TK_ERROR_UNSUPPORTED) leaves the row without a ceiling */
+        result ceiling = *r;
+        if (time_launches(ctx, compute->ceiling, state, &ceiling))
+            r->ceiling_tflops = compute->flops / (ceiling.median_us * 1e-6) / 1e12;
+    }
     c->teardown(&tctx, state);
     return ok && checked;
 }
@@ -574,17 +606,25 @@ static void usage(FILE *out) {
 
 static void write_csv(FILE *out, const bench_context *ctx, const result *results,
                       const bool *selected, size_t total) {
-    fprintf(out, "kernel,shape,config,bytes,time_us,min_us,p20_us,p80_us,gbs,pct_copy,check\n");
-    fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok\n", 2.0 * (double)COPY_BYTES,
+    fprintf(out, "kernel,shape,config,bytes,time_us,min_us,p20_us,p80_us,gbs,pct_copy,check,"
+                 "tflops,ceiling_tflops,pct_ceiling\n");
+    fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok,,,\n", 2.0 * (double)COPY_BYTES,
             2.0 * (double)COPY_BYTES / (ctx->copy_gbs * 1e9) * 1e6, ctx->copy_gbs);
     for (size_t i = 0; i < total; i++) {
         if (!selected[i])
             continue;
         const result *r = &results[i];
         /* labels may hold commas: quote the text fields (RFC 4180) */
-        fprintf(out, "%s,\"%s\",\"%s\",%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s\n", r->kernel,
+        fprintf(out, "%s,\"%s\",\"%s\",%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s", r->kernel,
                 r->shape, r->config, r->bytes, r->median_us, r->min_us, r->p20_us, r->p80_us,
                 r->gbs, r->percent_copy, r->check);
+        if (r->tflops > 0 && r->ceiling_tflops > 0)
+            fprintf(out, ",%.1f,%.1f,%.1f\n", r->tflops, r->ceiling_tflops,
+                    100.0 * r->tflops / r->ceiling_tflops);
+        else if (r->tflops > 0)
+            fprintf(out, ",%.1f,,\n", r->tflops);
+        else
+            fprintf(out, ",,,\n");
     }
 }
 
@@ -663,6 +703,25 @@ int main(int argc, char **argv) {
         printf("%-22s %-14s %-38s %10.2f %9.1f %7.1f  %s%s%s\n", r->kernel, r->shape,
                r->config, r->median_us, r->gbs, r->percent_copy, r->check,
                r->detail[0] ? ": " : "", r->detail);
+    }
+    bool any_compute = false;
+    for (size_t i = 0; i < total; i++)
+        any_compute |= selected[i] && results[i].tflops > 0;
+    if (any_compute) {
+        printf("\n%-22s %-14s %-38s %10s %8s %8s %9s  %s\n", "kernel", "shape", "config",
+               "time us", "TFLOP/s", "cuBLAS", "% cuBLAS", "check");
+        for (size_t i = 0; i < total; i++) {
+            const result *r = &results[i];
+            if (!selected[i] || r->tflops <= 0)
+                continue;
+            if (r->ceiling_tflops > 0)
+                printf("%-22s %-14s %-38s %10.2f %8.1f %8.1f %9.1f  %s\n", r->kernel, r->shape,
+                       r->config, r->median_us, r->tflops, r->ceiling_tflops,
+                       100.0 * r->tflops / r->ceiling_tflops, r->check);
+            else
+                printf("%-22s %-14s %-38s %10.2f %8.1f %8s %9s  %s\n", r->kernel, r->shape,
+                       r->config, r->median_us, r->tflops, "-", "-", r->check);
+        }
     }
     printf("copy ceiling %.0f GB/s; %d kernel(s) run; %s\n", ctx.copy_gbs, ran,
            all_ok ? "all checks passed" : "SOME CHECKS FAILED");

@@ -312,10 +312,14 @@ static int64_t constant_extent(const Buffer *b, int d) {
     return e->u.int_value;
 }
 
-/* Shared element address: ir.h's row/pitch formula, then the XOR swizzle
- * of the 16-byte chunk within its 128-byte line. */
-static LLVMValueRef shared_address(Codegen *cg, const Buffer *b,
-                                   LLVMValueRef *index) {
+/* Byte offset of a shared element in the block's shared array: ir.h's
+ * row/pitch formula (the linear offset), then, when `swizzled`, the XOR
+ * swizzle of the 16-byte chunk within its 128-byte line, plus the
+ * buffer's planned shared_offset.  The async units want the linear
+ * (unswizzled) form of a tile's origin: TMA and wgmma apply the swizzle
+ * themselves from the address bits. */
+LLVMValueRef cg_shared_offset(Codegen *cg, const Buffer *b, LLVMValueRef *index,
+                              bool swizzled) {
     LLVMBuilderRef bld = cg->builder;
     LLVMValueRef row = cg_i32(cg, 0);
     for (int d = 0; d + 1 < b->rank; d++)
@@ -328,15 +332,26 @@ static LLVMValueRef shared_address(Codegen *cg, const Buffer *b,
                     : index[0];
     LLVMValueRef off =
         LLVMBuildMul(bld, element, cg_i32(cg, element_bytes(b->dtype)), "");
-    if (b->swizzle_shift >= 0) {
+    if (swizzled && b->swizzle_shift >= 0) {
         LLVMValueRef bits = LLVMBuildLShr(bld, off, cg_i32(cg, 7 + b->swizzle_shift), "");
         bits = LLVMBuildShl(bld, LLVMBuildAnd(bld, bits, cg_i32(cg, 7), ""),
                             cg_i32(cg, 4), "");
         off = LLVMBuildXor(bld, off, bits, "");
     }
-    off = LLVMBuildAdd(bld, off, cg_i32(cg, b->shared_offset), "");
-    return LLVMBuildGEP2(bld, LLVMInt8TypeInContext(cg->context), cg->shared, &off, 1,
-                         "");
+    if (b->shared_offset < 0)
+        ice("shared buffer %s has no planned offset", b->name);
+    return LLVMBuildAdd(bld, off, cg_i32(cg, b->shared_offset), "");
+}
+
+LLVMValueRef cg_shared_pointer(Codegen *cg, LLVMValueRef offset) {
+    return LLVMBuildGEP2(cg->builder, LLVMInt8TypeInContext(cg->context), cg->shared,
+                         &offset, 1, "");
+}
+
+/* Shared element address (physical: swizzled). */
+static LLVMValueRef shared_address(Codegen *cg, const Buffer *b,
+                                   LLVMValueRef *index) {
+    return cg_shared_pointer(cg, cg_shared_offset(cg, b, index, true));
 }
 
 /* Address of the element at scalar indices index[0..rank). */
@@ -376,6 +391,19 @@ static void access_indices(Codegen *cg, const Access *a, LLVMValueRef *out) {
         if (t != DT_I32)
             v = cg_convert(cg, v, t, DT_I32, value_lanes(v), a->loc);
         out[d] = v;
+    }
+}
+
+void cg_region_start(Codegen *cg, const Region *r, LLVMValueRef *out) {
+    for (int d = 0; d < r->buffer->rank; d++) {
+        const Expr *e = r->start[d];
+        if (!e) {
+            out[d] = cg_i32(cg, 0);
+            continue;
+        }
+        if (e->lanes != 1) ice("vector region start on %s", r->buffer->name);
+        LLVMValueRef v = cg_expr(cg, e);
+        out[d] = e->dtype == DT_I32 ? v : cg_convert(cg, v, e->dtype, DT_I32, 1, e->loc);
     }
 }
 

@@ -3,16 +3,27 @@
  *
  * The input is thread-level, vectorised IR with shared memory planned.
  * Each kernel becomes a `ptx_kernel` function whose parameters are, in
- * order, every Kernel.params entry and then every Kernel.symbols entry as
- * i32; this ABI is the contract with the launchers that emit_header.c
- * writes:
+ * order, every Kernel.params entry, every Kernel.symbols entry as i32,
+ * then every Kernel.tensor_maps entry; this ABI is the contract with the
+ * launchers that emit_header.c writes:
  *   tensor  ptr addrspace(1) noalias align 16 captures(none) [readonly]
  *           (readonly when the buffer is never stored to: LLVM then emits
  *           ld.global.nc; the runtime guarantees 16-byte aligned data)
  *   scalar  its memory type; bool travels as an i8 holding 0 or 1
  *   symbol  i32
+ *   tensor map  ptr byval([128 x i8]) align 64 "nvvm.grid_constant" (a
+ *           CUtensorMap: `.param .align 64 .b8 p[128]`, read in place;
+ *           without grid_constant LLVM would copy it to local memory and
+ *           hand TMA a local address, toolchain.md 2)
  * Dynamic shared memory is one external `[0 x i8]` array in addrspace(3),
- * sized at launch with Kernel.shared_bytes.
+ * sized at launch with Kernel.shared_bytes; 128-byte aligned, or 1024 when
+ * a kernel of the module has 128-byte-swizzled (TMA/wgmma) buffers, whose
+ * swizzle pattern repeats every 1024 bytes of address.
+ *
+ * The block size is `.reqntid threads`, except for kernels with
+ * min_blocks > 0 (warp-specialised: setmaxnreg needs them), which get
+ * `.maxntid threads` and `.minnctapersm min_blocks` (ptxas rejects
+ * .reqntid together with .maxntid).
  *
  * Statements are emitted straight into LLVM basic blocks; mutable
  * variables and LOCAL arrays live in entry-block allocas that O3's
@@ -316,12 +327,27 @@ static void emit_let(Codegen *cg, const Var *var, const Expr *value,
     LLVMBuildStore(cg->builder, v, cg->values[var->id]);
 }
 
-static void emit_barrier(Codegen *cg, bool warp_only) {
-    LLVMValueRef arg = warp_only ? cg_i32(cg, -1) : cg_i32(cg, 0);
-    cg_call_intrinsic(cg,
-                      warp_only ? "llvm.nvvm.bar.warp.sync"
-                                : "llvm.nvvm.barrier.cta.sync.aligned.all",
-                      NULL, 0, &arg, 1);
+/* bar.warp.sync, bar.sync 0, or the named barrier `bar.sync id, threads`
+ * (warp-specialised consumers synchronise among themselves on id 1). */
+static void emit_barrier(Codegen *cg, const Stmt *s) {
+    if (s->u.barrier.warp_only) {
+        LLVMValueRef mask = cg_i32(cg, -1);
+        cg_call_intrinsic(cg, "llvm.nvvm.bar.warp.sync", NULL, 0, &mask, 1);
+        return;
+    }
+    int id = s->u.barrier.id, threads = s->u.barrier.threads;
+    if (id < 0 || id > 15 || threads < 0 || threads % IR_WARP_SIZE != 0) {
+        cg_error(cg, s->loc, "named barrier %d over %d threads: the id must be 0..15 "
+                 "and the thread count a multiple of %d", id, threads, IR_WARP_SIZE);
+        return;
+    }
+    if (threads == 0) {
+        LLVMValueRef arg = cg_i32(cg, id);
+        cg_call_intrinsic(cg, "llvm.nvvm.barrier.cta.sync.aligned.all", NULL, 0, &arg, 1);
+        return;
+    }
+    LLVMValueRef args[2] = {cg_i32(cg, id), cg_i32(cg, threads)};
+    cg_call_intrinsic(cg, "llvm.nvvm.barrier.cta.sync.aligned.count", NULL, 0, args, 2);
 }
 
 static void emit_assert(Codegen *cg, const Stmt *s) {
@@ -356,7 +382,7 @@ static void emit_stmt(Codegen *cg, const Stmt *s) {
         return;
     case STMT_FOR: emit_loop(cg, s); return;
     case STMT_IF: emit_if(cg, s); return;
-    case STMT_BARRIER: emit_barrier(cg, s->u.barrier.warp_only); return;
+    case STMT_BARRIER: emit_barrier(cg, s); return;
     case STMT_ATOMIC: cg_atomic(cg, s); return;
     case STMT_EVAL: cg_expr(cg, s->u.eval.value); return;
     case STMT_RETURN:
@@ -364,8 +390,12 @@ static void emit_stmt(Codegen *cg, const Stmt *s) {
         start_dead_block(cg);
         return;
     case STMT_ASSERT: emit_assert(cg, s); return;
+    case STMT_MBARRIER: cg_mbarrier(cg, s); return;
+    case STMT_TMA: cg_tma(cg, s); return;
+    case STMT_WGMMA: cg_wgmma(cg, s); return;
+    case STMT_FENCE: cg_fence(cg, s); return;
     case STMT_PARALLEL: case STMT_COPY: case STMT_FILL: case STMT_REDUCE:
-    case STMT_COUNT:
+    case STMT_GEMM: case STMT_COUNT:
         break;
     }
     ice("tile-level statement '%s' reached codegen in kernel %s",
@@ -382,8 +412,16 @@ static void add_enum_attribute(Codegen *cg, LLVMValueRef fn, unsigned index,
                             LLVMCreateEnumAttribute(cg->context, kind, value));
 }
 
+static void add_string_attribute(Codegen *cg, LLVMValueRef fn, unsigned index,
+                                 const char *name, const char *value) {
+    LLVMAddAttributeAtIndex(fn, index,
+                            LLVMCreateStringAttribute(cg->context, name, (unsigned)strlen(name),
+                                                      value, (unsigned)strlen(value)));
+}
+
 static LLVMValueRef declare_kernel(Codegen *cg, Kernel *k) {
-    int nargs = k->nparams + k->nsymbols;
+    int first_map = k->nparams + k->nsymbols;
+    int nargs = first_map + k->ntensor_maps;
     LLVMTypeRef *types = calloc((size_t)nargs + 1, sizeof *types);
     if (!types) ice("out of memory");
     for (int i = 0; i < k->nparams; i++) {
@@ -394,6 +432,8 @@ static LLVMValueRef declare_kernel(Codegen *cg, Kernel *k) {
     }
     for (int i = 0; i < k->nsymbols; i++)
         types[k->nparams + i] = LLVMInt32TypeInContext(cg->context);
+    for (int i = 0; i < k->ntensor_maps; i++)
+        types[first_map + i] = LLVMPointerTypeInContext(cg->context, 0);
     LLVMTypeRef fn_type = LLVMFunctionType(LLVMVoidTypeInContext(cg->context),
                                            types, (unsigned)nargs, 0);
     free(types);
@@ -418,12 +458,31 @@ static LLVMValueRef declare_kernel(Codegen *cg, Kernel *k) {
         const char *name = k->symbols[i]->name;
         LLVMSetValueName2(arg, name, strlen(name));
     }
-    /* .reqntid (which implies .maxntid: ptxas rejects both together) */
+    LLVMTypeRef map_type = LLVMArrayType2(LLVMInt8TypeInContext(cg->context), 128);
+    unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5);
+    if (byval == 0) ice("LLVM has no byval attribute");
+    for (int i = 0; i < k->ntensor_maps; i++) {
+        unsigned index = (unsigned)(first_map + i) + 1;
+        LLVMValueRef arg = LLVMGetParam(fn, (unsigned)(first_map + i));
+        char name[32];
+        snprintf(name, sizeof name, "tensor_map%d", i);
+        LLVMSetValueName2(arg, name, strlen(name));
+        LLVMAddAttributeAtIndex(fn, index, LLVMCreateTypeAttribute(cg->context, byval, map_type));
+        add_enum_attribute(cg, fn, index, "align", 64);
+        add_string_attribute(cg, fn, index, "nvvm.grid_constant", "");
+    }
     char threads[32];
     snprintf(threads, sizeof threads, "%d", k->threads);
-    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                            LLVMCreateStringAttribute(cg->context, "nvvm.reqntid", 12,
-                                                      threads, (unsigned)strlen(threads)));
+    if (k->min_blocks > 0) {
+        /* setmaxnreg is honoured only under .maxntid + .minnctapersm */
+        char blocks[32];
+        snprintf(blocks, sizeof blocks, "%d", k->min_blocks);
+        add_string_attribute(cg, fn, LLVMAttributeFunctionIndex, "nvvm.maxntid", threads);
+        add_string_attribute(cg, fn, LLVMAttributeFunctionIndex, "nvvm.minctasm", blocks);
+    } else {
+        /* .reqntid (which implies .maxntid: ptxas rejects both together) */
+        add_string_attribute(cg, fn, LLVMAttributeFunctionIndex, "nvvm.reqntid", threads);
+    }
     add_enum_attribute(cg, fn, LLVMAttributeFunctionIndex, "nounwind", 0);
     return fn;
 }
@@ -438,7 +497,13 @@ static void emit_kernel(Codegen *cg, Kernel *k) {
     cg->nvalues = k->nvars;
     cg->values = calloc((size_t)k->nvars + 1, sizeof *cg->values);
     cg->nbuffers = 0;
-    if (!cg->values) ice("out of memory");
+    cg->naccumulators = 0;
+    cg->wgmma_reported = false;
+    cg->tensor_maps = calloc((size_t)k->ntensor_maps + 1, sizeof *cg->tensor_maps);
+    if (!cg->values || !cg->tensor_maps) ice("out of memory");
+    for (int i = 0; i < k->ntensor_maps; i++)
+        cg->tensor_maps[i] =
+            LLVMGetParam(cg->function, (unsigned)(k->nparams + k->nsymbols + i));
 
     cg->entry = cg_new_block(cg, "entry");
     LLVMBasicBlockRef body = cg_new_block(cg, "body");
@@ -489,6 +554,8 @@ static void emit_kernel(Codegen *cg, Kernel *k) {
     LLVMMoveBasicBlockAfter(cg->exit, LLVMGetLastBasicBlock(cg->function));
     free(cg->values);
     cg->values = NULL;
+    free(cg->tensor_maps);
+    cg->tensor_maps = NULL;
 }
 
 /* ---- module ------------------------------------------------------------ */
@@ -547,6 +614,23 @@ static char *copy_string(const char *text, size_t size) {
     return out;
 }
 
+/* Alignment of the dynamic shared array: 1024 when any kernel of the
+ * module (not only of this part: every part must declare the same) has a
+ * 128-byte-swizzled buffer, else 128. */
+static unsigned shared_alignment(const Module *m) {
+    for (int i = 0; i < m->nkernels; i++) {
+        const Kernel *k = m->kernels[i];
+        if (k->ntensor_maps > 0) return 1024;
+        for (int b = 0; b < k->buffers.count; b++) {
+            const Buffer *buffer = k->buffers.items[b];
+            if (buffer->scope == SCOPE_SHARED &&
+                buffer->async_kind == SHARED_ASYNC_SWIZZLE128)
+                return 1024;
+        }
+    }
+    return 128;
+}
+
 /* Builds, optimises and emits one LLVM module holding kernels
  * [first, first + count) of m, in its own context (so several parts can
  * run on different threads).  Returns LLVM IR or PTX text, or NULL after
@@ -576,7 +660,7 @@ static char *codegen_part(Module *m, int first, int count, Diag *diag,
     cg.shared = LLVMAddGlobalInAddressSpace(cg.module, bytes, CG_SHARED_NAME,
                                             CG_ADDRSPACE_SHARED);
     LLVMSetLinkage(cg.shared, LLVMExternalLinkage);
-    LLVMSetAlignment(cg.shared, 128);
+    LLVMSetAlignment(cg.shared, shared_alignment(m));
 
     for (int i = first; i < first + count; i++) emit_kernel(&cg, m->kernels[i]);
 
@@ -618,6 +702,7 @@ static char *codegen_part(Module *m, int first, int count, Diag *diag,
     }
 
     free(cg.buffers);
+    free(cg.accumulators);
     LLVMDisposeBuilder(cg.builder);
     LLVMDisposeModule(cg.module);
     LLVMDisposeTargetMachine(tm);

@@ -6,8 +6,9 @@
  * expressions into LLVM values and does every memory access (addresses,
  * vector and masked loads and stores); codegen_math.c holds the numerics
  * of tilekernels-spec.md 2.1/2.2 (expf, conversions to and from the 8-bit
- * floats, shuffles).  They share one Codegen context per kernel so that two
- * modules can be compiled in one process; nothing here is global.
+ * floats, shuffles); codegen_async.c the Hopper statements (mbarriers,
+ * TMA, wgmma, fences).  They share one Codegen context per kernel so that
+ * two modules can be compiled in one process; nothing here is global.
  */
 #ifndef TKC_CODEGEN_LLVM_H
 #define TKC_CODEGEN_LLVM_H
@@ -20,6 +21,7 @@
 /* Address space numbers of the NVPTX back end. */
 #define CG_ADDRSPACE_GLOBAL 1
 #define CG_ADDRSPACE_SHARED 3
+#define CG_ADDRSPACE_SHARED_CLUSTER 7 /* TMA destinations */
 
 /* A buffer that has storage of its own in the function: a LOCAL array
  * (an alloca) or a tensor parameter (the kernel argument). */
@@ -48,6 +50,16 @@ typedef struct Codegen {
     int nvalues;
     CodegenBuffer *buffers;
     int nbuffers, buffer_capacity;
+    LLVMValueRef *tensor_maps; /* by TensorMap index: the byval parameter */
+    /* wgmma accumulator ranges issued since the last `wgmma_wait 0`
+     * (codegen_async.c pins them after the wait) */
+    struct CodegenAccumulator {
+        const Buffer *acc;
+        int64_t offset;
+        int count;
+    } *accumulators;
+    int naccumulators, accumulator_capacity;
+    bool wgmma_reported;       /* "no wgmma on this arch" said once */
 } Codegen;
 
 /* codegen_llvm.c */
@@ -75,6 +87,20 @@ LLVMValueRef cg_from_memory(Codegen *cg, LLVMValueRef v, DType t);
 LLVMValueRef cg_load(Codegen *cg, const Expr *e);
 void cg_store(Codegen *cg, const Stmt *s);
 void cg_atomic(Codegen *cg, const Stmt *s);
+/* Byte offset (i32) of shared element index[0..rank) in the dynamic shared
+ * array, with or without the buffer's XOR swizzle; and the addrspace(3)
+ * pointer at such an offset. */
+LLVMValueRef cg_shared_offset(Codegen *cg, const Buffer *b, LLVMValueRef *index,
+                              bool swizzled);
+LLVMValueRef cg_shared_pointer(Codegen *cg, LLVMValueRef offset);
+/* The i32 indices of a region's origin (Region.start). */
+void cg_region_start(Codegen *cg, const Region *r, LLVMValueRef *out);
+
+/* codegen_async.c: one function per statement kind */
+void cg_mbarrier(Codegen *cg, const Stmt *s);
+void cg_tma(Codegen *cg, const Stmt *s);
+void cg_wgmma(Codegen *cg, const Stmt *s);
+void cg_fence(Codegen *cg, const Stmt *s);
 
 /* codegen_math.c */
 LLVMValueRef cg_call(Codegen *cg, const Expr *e);

@@ -25,7 +25,11 @@
  * division; a division by a zero run-time value or an int64 overflow is an
  * invalid argument.  The parameter block matches codegen_llvm.c's kernel
  * ABI: device pointers, scalars (bool as one byte, 16-bit floats as their
- * bits, 8-bit floats as their byte), then the symbols as int32_t.
+ * bits, 8-bit floats as their byte), the symbols as int32_t, then one
+ * CUtensorMap per Kernel.tensor_maps entry (128 bytes, 64-byte aligned:
+ * cuda.h aligns the type), encoded after the grid check (an empty grid
+ * launches nothing and needs none) by tk__tensor_map from the tensor
+ * argument, which checks what TMA requires and names the tensor.
  */
 #include <ctype.h>
 #include <math.h>
@@ -466,6 +470,31 @@ static void emit_constraint(FILE *out, const Kernel *k, const Constraint *c) {
     free(fallback.data);
 }
 
+/* CUtensorMap tkl_map<i>, encoded from its tensor argument, and its slot
+ * in the parameter block after the symbols. */
+static void emit_tensor_map(FILE *out, const Kernel *k, int i) {
+    const TensorMap *map = &k->tensor_maps[i];
+    const Buffer *global = map->global;
+    if (!global || global->scope != SCOPE_GLOBAL || global->param_index < 0 ||
+        global->param_index >= k->nparams || map->rank != global->rank)
+        ice("kernel %s: tensor map %d does not describe a tensor parameter", k->name, i);
+    const Param *p = &k->params[global->param_index];
+    fprintf(out, "    CUtensorMap tkl_map%d;\n    {\n        static const int64_t tkl_box[%d] = {",
+            i, map->rank);
+    for (int d = 0; d < map->rank; d++)
+        fprintf(out, "%s%lld", d ? ", " : "", (long long)map->box[d]);
+    fputs("};\n        tkl_status = tk__tensor_map(\"", out);
+    put_format_text(out, kernel_label(k));
+    fputs("\", \"", out);
+    put_format_text(out, p->name);
+    fputs("\", ", out);
+    put_param_name(out, p);
+    fprintf(out, ", %d, tkl_box, %d, &tkl_map%d);\n"
+                 "        if (tkl_status != TK_SUCCESS) return tkl_status;\n    }\n"
+                 "    tkl_params[%d] = &tkl_map%d;\n",
+            map->rank, map->swizzle_bytes, i, k->nparams + k->nsymbols + i, i);
+}
+
 static void emit_definition(FILE *out, const Kernel *k) {
     const char *label = kernel_label(k);
     put_signature(out, k);
@@ -574,7 +603,7 @@ static void emit_definition(FILE *out, const Kernel *k) {
           out);
 
     /* the parameter block */
-    int nargs = k->nparams + k->nsymbols;
+    int nargs = k->nparams + k->nsymbols + k->ntensor_maps;
     fprintf(out, "    void *tkl_params[%d];\n", nargs + 1);
     for (int i = 0; i < k->nparams; i++) {
         const Param *p = &k->params[i];
@@ -598,6 +627,7 @@ static void emit_definition(FILE *out, const Kernel *k) {
         put_identifier(out, "sym_", k->symbols[s]->name);
         fprintf(out, ";\n    tkl_params[%d] = &tkl_sym%d;\n", k->nparams + s, s);
     }
+    for (int i = 0; i < k->ntensor_maps; i++) emit_tensor_map(out, k, i);
     fprintf(out, "    return tk__launch(\"%s\", tkl_dims, %du, %lldu, tkl_params, stream);\n}\n\n",
             k->name, k->threads, (long long)k->shared_bytes);
 }

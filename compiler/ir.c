@@ -1,6 +1,5 @@
 /*
- * ir.c -- constructors, property tables and generic rewriting helpers of
- * the IR defined in ir.h.
+ * ir.c -- constructors and property tables of the IR defined in ir.h.
  *
  * Every node is allocated in the kernel's arena and never freed on its
  * own.  Expressions are trees: a node has exactly one parent, so passes may
@@ -9,11 +8,7 @@
  * tables are generated from the X-macro lists in ir.h so they cannot drift
  * from the enums.
  *
- * Copying a statement clones the variables bound inside it (LET vars, FOR
- * and PARALLEL induction vars) and remaps their uses: a loop body copied
- * twice (unrolling, instancing) then defines distinct variables, which the
- * verifier's scoping check and the printer's unique names require.
- * Buffers ALLOCated inside a copied statement are shared, not cloned.
+ * Deep copies, substitution and structural queries are in ir_rewrite.c.
  */
 #include "ir.h"
 
@@ -98,9 +93,46 @@ NAME_TABLE(ir_expr_name, ExprKind, EXPR_COUNT, IR_EXPR_KINDS, TEXT_OF_2)
 NAME_TABLE(ir_loop_name, LoopKind, LOOP_COUNT, IR_LOOP_KINDS, TEXT_OF_2)
 NAME_TABLE(ir_reduce_name, ReduceOp, REDUCE_COUNT, IR_REDUCE_OPS, TEXT_OF_2)
 NAME_TABLE(ir_atomic_name, AtomicOp, ATOMIC_COUNT, IR_ATOMIC_OPS, TEXT_OF_2)
+NAME_TABLE(ir_pipe_role_name, PipeRole, PIPE_COUNT, IR_PIPE_ROLES, TEXT_OF_2)
+NAME_TABLE(ir_mbarrier_op_name, MbarrierOp, MBAR_COUNT, IR_MBARRIER_OPS, TEXT_OF_3)
+NAME_TABLE(ir_fence_op_name, FenceOp, FENCE_COUNT, IR_FENCE_OPS, TEXT_OF_3)
 #undef TEXT_OF_2
 #undef TEXT_OF_3
 #undef NAME_TABLE
+
+bool ir_mbarrier_op_has_value(MbarrierOp op)
+{
+    static const bool has_value[MBAR_COUNT] = {
+#define X(e, text, value) value,
+        IR_MBARRIER_OPS(X)
+#undef X
+    };
+    if ((unsigned)op >= MBAR_COUNT)
+        ice("ir_mbarrier_op_has_value: bad value %d", (int)op);
+    return has_value[op];
+}
+
+bool ir_fence_op_has_value(FenceOp op)
+{
+    static const bool has_value[FENCE_COUNT] = {
+#define X(e, text, value) value,
+        IR_FENCE_OPS(X)
+#undef X
+    };
+    if ((unsigned)op >= FENCE_COUNT)
+        ice("ir_fence_op_has_value: bad value %d", (int)op);
+    return has_value[op];
+}
+
+const char *ir_hint_name(Hint hint)
+{
+    switch (hint) {
+    case HINT_AUTO: return "auto";
+    case HINT_OFF: return "off";
+    case HINT_ON: return "on";
+    }
+    ice("bad hint %d", (int)hint);
+}
 
 static const struct {
     const char *name;
@@ -134,6 +166,17 @@ unsigned ir_intrinsic_flags(Intrinsic op)
 {
     check_intrinsic(op);
     return intrinsic_table[op].flags;
+}
+
+const char *ir_async_kind_name(int async_kind)
+{
+    switch (async_kind) {
+    case SHARED_ASYNC_NONE: return "none";
+    case SHARED_ASYNC_PLAIN: return "plain";
+    case SHARED_ASYNC_SWIZZLE128: return "swizzle128";
+    case SHARED_ASYNC_MBARRIER: return "mbarrier";
+    }
+    ice("bad async kind %d", async_kind);
 }
 
 const char *ir_scope_name(Scope scope)
@@ -449,7 +492,11 @@ Kernel *ir_new_kernel(Module *m, const char *name)
     k->instance = "";
     for (int i = 0; i < 3; i++)
         k->grid[i] = ir_int(k, DT_I32, 1);
+    /* compute_threads always holds a real count (never 0 for "same as
+     * threads"): whoever sets threads sets it too, and only
+     * warp_specialize makes the two differ. */
     k->threads = 1;
+    k->compute_threads = 1;
     k->body = ir_new_stmt(k, STMT_SEQ, k->loc);
     /* m->kernels grows like a SEQ: power-of-two capacity */
     int count = m->nkernels;
@@ -479,6 +526,11 @@ Stmt *ir_new_stmt(Kernel *k, StmtKind kind, Loc loc)
     Stmt *s = arena_alloc(k->arena, sizeof(Stmt));
     s->kind = kind;
     s->loc = loc;
+    /* "not a TMA copy / no map yet": 0 is a valid tensor map index */
+    if (kind == STMT_COPY)
+        s->u.copy.tensor_map = -1;
+    else if (kind == STMT_TMA)
+        s->u.tma.tensor_map = -1;
     return s;
 }
 
@@ -520,346 +572,4 @@ void ir_seq_append(Kernel *k, Stmt *seq, Stmt *item)
         seq->u.seq.items = items;
     }
     seq->u.seq.items[seq->u.seq.count++] = item;
-}
-
-/* ---- copying and substitution ----------------------------------------- */
-
-/* State of one copy: bound variables cloned so far (by Var.id of the
- * original) and the optional substitution var -> value. */
-typedef struct {
-    Kernel *k;
-    int nslots;         /* k->nvars when the copy started */
-    Var **clones;       /* [nslots], NULL = not cloned */
-    const Var *subst_var;
-    const Expr *subst_value;
-} CopyContext;
-
-static void copy_context_init(CopyContext *c, Kernel *k, const Var *var,
-                              const Expr *value, bool clone_vars)
-{
-    c->k = k;
-    c->nslots = clone_vars ? k->nvars : 0;
-    c->clones = c->nslots ? calloc((size_t)c->nslots, sizeof(Var *)) : NULL;
-    if (c->nslots && !c->clones)
-        ice("out of memory copying a statement");
-    c->subst_var = var;
-    c->subst_value = value;
-}
-
-static void copy_context_done(CopyContext *c) { free(c->clones); }
-
-/* The Var a use of v refers to in the copy. */
-static Var *mapped_var(CopyContext *c, Var *v)
-{
-    if (v && v->id >= 0 && v->id < c->nslots && c->clones[v->id])
-        return c->clones[v->id];
-    return v;
-}
-
-/* Called where a statement binds v: the copy binds a fresh clone. */
-static Var *bind_clone(CopyContext *c, Var *v)
-{
-    if (!v || !c->clones || v->id < 0 || v->id >= c->nslots)
-        return v;
-    Var *clone = ir_new_var(c->k, v->name, v->dtype, v->kind);
-    clone->block_dim = v->block_dim;
-    c->clones[v->id] = clone;
-    return clone;
-}
-
-static Expr *copy_expr(CopyContext *c, const Expr *e);
-
-static Expr **copy_exprs(CopyContext *c, Expr *const *items, int count)
-{
-    if (count <= 0 || !items)
-        return NULL;
-    Expr **copy = arena_alloc(c->k->arena, sizeof(Expr *) * (size_t)count);
-    for (int i = 0; i < count; i++)
-        copy[i] = copy_expr(c, items[i]);
-    return copy;
-}
-
-static Expr *copy_expr(CopyContext *c, const Expr *e)
-{
-    if (!e)
-        return NULL;
-    if (e->kind == EXPR_VAR && c->subst_var && e->u.var == c->subst_var) {
-        CopyContext plain = {.k = c->k};
-        return copy_expr(&plain, c->subst_value);
-    }
-    Expr *n = arena_alloc(c->k->arena, sizeof(Expr));
-    *n = *e;
-    switch (e->kind) {
-    case EXPR_INT:
-    case EXPR_FLOAT:
-        break;
-    case EXPR_VAR:
-        n->u.var = mapped_var(c, e->u.var);
-        break;
-    case EXPR_LOAD:
-        n->u.load.indices = copy_exprs(c, e->u.load.indices,
-                                       e->u.load.buffer ? e->u.load.buffer->rank : 0);
-        n->u.load.predicate = copy_expr(c, e->u.load.predicate);
-        break;
-    case EXPR_UNARY:
-        n->u.unary.operand = copy_expr(c, e->u.unary.operand);
-        break;
-    case EXPR_BINARY:
-        n->u.binary.lhs = copy_expr(c, e->u.binary.lhs);
-        n->u.binary.rhs = copy_expr(c, e->u.binary.rhs);
-        break;
-    case EXPR_SELECT:
-        n->u.select.cond = copy_expr(c, e->u.select.cond);
-        n->u.select.then_value = copy_expr(c, e->u.select.then_value);
-        n->u.select.else_value = copy_expr(c, e->u.select.else_value);
-        break;
-    case EXPR_CAST:
-        n->u.cast.value = copy_expr(c, e->u.cast.value);
-        break;
-    case EXPR_CALL:
-        n->u.call.args = copy_exprs(c, e->u.call.args, e->u.call.nargs);
-        break;
-    case EXPR_RAMP:
-        n->u.ramp.base = copy_expr(c, e->u.ramp.base);
-        break;
-    case EXPR_BROADCAST:
-        n->u.broadcast.value = copy_expr(c, e->u.broadcast.value);
-        break;
-    default:
-        ice("copy of unknown expression kind %d", (int)e->kind);
-    }
-    return n;
-}
-
-static Region copy_region(CopyContext *c, const Region *r)
-{
-    Region n = *r;
-    int rank = r->buffer ? r->buffer->rank : 0;
-    for (int i = 0; i < rank && i < IR_MAX_RANK; i++)
-        n.start[i] = copy_expr(c, r->start[i]);
-    return n;
-}
-
-static Stmt *copy_stmt(CopyContext *c, const Stmt *s)
-{
-    if (!s)
-        return NULL;
-    Kernel *k = c->k;
-    Stmt *n = arena_alloc(k->arena, sizeof(Stmt));
-    *n = *s;
-    switch (s->kind) {
-    case STMT_SEQ: {
-        int count = s->u.seq.count;
-        int capacity = seq_capacity(count);
-        n->u.seq.items = capacity ? arena_alloc(k->arena, sizeof(Stmt *) * (size_t)capacity)
-                                  : NULL;
-        for (int i = 0; i < count; i++)
-            n->u.seq.items[i] = copy_stmt(c, s->u.seq.items[i]);
-        break;
-    }
-    case STMT_LET:
-        /* the value is evaluated before the variable is bound */
-        n->u.let.value = copy_expr(c, s->u.let.value);
-        n->u.let.var = bind_clone(c, s->u.let.var);
-        break;
-    case STMT_ASSIGN:
-        if (c->subst_var && s->u.assign.var == c->subst_var)
-            ice("ir_substitute_stmt: %s is assigned to", c->subst_var->name);
-        n->u.assign.var = mapped_var(c, s->u.assign.var);
-        n->u.assign.value = copy_expr(c, s->u.assign.value);
-        break;
-    case STMT_STORE: {
-        int rank = s->u.store.buffer ? s->u.store.buffer->rank : 0;
-        n->u.store.indices = copy_exprs(c, s->u.store.indices, rank);
-        n->u.store.value = copy_expr(c, s->u.store.value);
-        n->u.store.predicate = copy_expr(c, s->u.store.predicate);
-        break;
-    }
-    case STMT_ALLOC:
-    case STMT_BARRIER:
-    case STMT_RETURN:
-    case STMT_REDUCE:
-        break;
-    case STMT_FOR:
-        n->u.loop.begin = copy_expr(c, s->u.loop.begin);
-        n->u.loop.end = copy_expr(c, s->u.loop.end);
-        n->u.loop.var = bind_clone(c, s->u.loop.var);
-        n->u.loop.body = copy_stmt(c, s->u.loop.body);
-        break;
-    case STMT_PARALLEL:
-        for (int i = 0; i < s->u.parallel.rank && i < IR_MAX_RANK; i++)
-            n->u.parallel.vars[i] = bind_clone(c, s->u.parallel.vars[i]);
-        if (s->u.parallel.layout) {
-            n->u.parallel.layout = arena_alloc(k->arena, sizeof(Layout));
-            *n->u.parallel.layout = *s->u.parallel.layout;
-        }
-        n->u.parallel.body = copy_stmt(c, s->u.parallel.body);
-        break;
-    case STMT_IF:
-        n->u.if_.cond = copy_expr(c, s->u.if_.cond);
-        n->u.if_.then_body = copy_stmt(c, s->u.if_.then_body);
-        n->u.if_.else_body = copy_stmt(c, s->u.if_.else_body);
-        break;
-    case STMT_COPY:
-        n->u.copy.src = copy_region(c, &s->u.copy.src);
-        n->u.copy.dst = copy_region(c, &s->u.copy.dst);
-        break;
-    case STMT_FILL:
-        n->u.fill.dst = copy_region(c, &s->u.fill.dst);
-        n->u.fill.value = copy_expr(c, s->u.fill.value);
-        break;
-    case STMT_ATOMIC: {
-        int rank = s->u.atomic.buffer ? s->u.atomic.buffer->rank : 0;
-        n->u.atomic.indices = copy_exprs(c, s->u.atomic.indices, rank);
-        n->u.atomic.value = copy_expr(c, s->u.atomic.value);
-        break;
-    }
-    case STMT_EVAL:
-        n->u.eval.value = copy_expr(c, s->u.eval.value);
-        break;
-    case STMT_ASSERT:
-        n->u.assert_.cond = copy_expr(c, s->u.assert_.cond);
-        break;
-    default:
-        ice("copy of unknown statement kind %d", (int)s->kind);
-    }
-    return n;
-}
-
-Expr *ir_copy_expr(Kernel *k, const Expr *e)
-{
-    CopyContext c;
-    copy_context_init(&c, k, NULL, NULL, false);
-    Expr *copy = copy_expr(&c, e);
-    copy_context_done(&c);
-    return copy;
-}
-
-Stmt *ir_copy_stmt(Kernel *k, const Stmt *s)
-{
-    CopyContext c;
-    copy_context_init(&c, k, NULL, NULL, true);
-    Stmt *copy = copy_stmt(&c, s);
-    copy_context_done(&c);
-    return copy;
-}
-
-Expr *ir_substitute(Kernel *k, const Expr *e, const Var *var, Expr *value)
-{
-    CopyContext c;
-    copy_context_init(&c, k, var, value, false);
-    Expr *copy = copy_expr(&c, e);
-    copy_context_done(&c);
-    return copy;
-}
-
-/* Like ir_copy_stmt (bound vars are cloned) with var replaced by a fresh
- * copy of value at every use. */
-Stmt *ir_substitute_stmt(Kernel *k, const Stmt *s, const Var *var,
-                         Expr *value)
-{
-    CopyContext c;
-    copy_context_init(&c, k, var, value, true);
-    Stmt *copy = copy_stmt(&c, s);
-    copy_context_done(&c);
-    return copy;
-}
-
-/* ---- queries ------------------------------------------------------------ */
-
-bool ir_expr_uses_var(const Expr *e, const Var *v)
-{
-    if (!e)
-        return false;
-    switch (e->kind) {
-    case EXPR_INT:
-    case EXPR_FLOAT:
-        return false;
-    case EXPR_VAR:
-        return e->u.var == v;
-    case EXPR_LOAD:
-        for (int i = 0; e->u.load.buffer && i < e->u.load.buffer->rank; i++)
-            if (ir_expr_uses_var(e->u.load.indices[i], v))
-                return true;
-        return ir_expr_uses_var(e->u.load.predicate, v);
-    case EXPR_UNARY:
-        return ir_expr_uses_var(e->u.unary.operand, v);
-    case EXPR_BINARY:
-        return ir_expr_uses_var(e->u.binary.lhs, v) ||
-               ir_expr_uses_var(e->u.binary.rhs, v);
-    case EXPR_SELECT:
-        return ir_expr_uses_var(e->u.select.cond, v) ||
-               ir_expr_uses_var(e->u.select.then_value, v) ||
-               ir_expr_uses_var(e->u.select.else_value, v);
-    case EXPR_CAST:
-        return ir_expr_uses_var(e->u.cast.value, v);
-    case EXPR_CALL:
-        for (int i = 0; i < e->u.call.nargs; i++)
-            if (ir_expr_uses_var(e->u.call.args[i], v))
-                return true;
-        return false;
-    case EXPR_RAMP:
-        return ir_expr_uses_var(e->u.ramp.base, v);
-    case EXPR_BROADCAST:
-        return ir_expr_uses_var(e->u.broadcast.value, v);
-    default:
-        ice("unknown expression kind %d", (int)e->kind);
-    }
-}
-
-/* Structural equality: same shape, dtypes, lanes, constants, the same Var
- * and Buffer objects.  Locations are ignored.  Floats compare by bits, so
- * a NaN equals itself and 0.0 differs from -0.0. */
-bool ir_expr_equal(const Expr *a, const Expr *b)
-{
-    if (a == b)
-        return true;
-    if (!a || !b)
-        return false;
-    if (a->kind != b->kind || a->dtype != b->dtype || a->lanes != b->lanes)
-        return false;
-    switch (a->kind) {
-    case EXPR_INT:
-        return a->u.int_value == b->u.int_value;
-    case EXPR_FLOAT:
-        return memcmp(&a->u.float_value, &b->u.float_value, sizeof(double)) == 0;
-    case EXPR_VAR:
-        return a->u.var == b->u.var;
-    case EXPR_LOAD:
-        if (a->u.load.buffer != b->u.load.buffer ||
-            a->u.load.align_bytes != b->u.load.align_bytes)
-            return false;
-        for (int i = 0; a->u.load.buffer && i < a->u.load.buffer->rank; i++)
-            if (!ir_expr_equal(a->u.load.indices[i], b->u.load.indices[i]))
-                return false;
-        return ir_expr_equal(a->u.load.predicate, b->u.load.predicate);
-    case EXPR_UNARY:
-        return a->u.unary.op == b->u.unary.op &&
-               ir_expr_equal(a->u.unary.operand, b->u.unary.operand);
-    case EXPR_BINARY:
-        return a->u.binary.op == b->u.binary.op &&
-               ir_expr_equal(a->u.binary.lhs, b->u.binary.lhs) &&
-               ir_expr_equal(a->u.binary.rhs, b->u.binary.rhs);
-    case EXPR_SELECT:
-        return ir_expr_equal(a->u.select.cond, b->u.select.cond) &&
-               ir_expr_equal(a->u.select.then_value, b->u.select.then_value) &&
-               ir_expr_equal(a->u.select.else_value, b->u.select.else_value);
-    case EXPR_CAST:
-        return a->u.cast.kind == b->u.cast.kind &&
-               ir_expr_equal(a->u.cast.value, b->u.cast.value);
-    case EXPR_CALL:
-        if (a->u.call.op != b->u.call.op || a->u.call.nargs != b->u.call.nargs)
-            return false;
-        for (int i = 0; i < a->u.call.nargs; i++)
-            if (!ir_expr_equal(a->u.call.args[i], b->u.call.args[i]))
-                return false;
-        return true;
-    case EXPR_RAMP:
-        return a->u.ramp.stride == b->u.ramp.stride &&
-               ir_expr_equal(a->u.ramp.base, b->u.ramp.base);
-    case EXPR_BROADCAST:
-        return ir_expr_equal(a->u.broadcast.value, b->u.broadcast.value);
-    default:
-        ice("unknown expression kind %d", (int)a->kind);
-    }
 }

@@ -710,12 +710,17 @@ Stmt *ir_copy_stmt(Kernel *k, const Stmt *s); /* deep copy; Vars bound
 Kernel *ir_new_kernel(Module *m, const char *name);
 Module *ir_new_module(Arena *arena, const char *arch);
 
-/* Generic rewriting helpers.  ir_substitute returns a copy of e with
+/* Generic rewriting helpers (ir_rewrite.c, as are ir_copy_expr and
+ * ir_copy_stmt).  ir_substitute returns a copy of e with
  * every use of var replaced by value. */
 Expr *ir_substitute(Kernel *k, const Expr *e, const Var *var, Expr *value);
 Stmt *ir_substitute_stmt(Kernel *k, const Stmt *s, const Var *var,
                          Expr *value);
 bool ir_expr_uses_var(const Expr *e, const Var *v);
+/* Whether any expression of s or of its nested statements reads v (or,
+ * for an ASSIGN, writes it): region starts, indices, values, predicates,
+ * loop bounds, conditions, tma coordinates, mbarrier values, scale_d. */
+bool ir_stmt_uses_var(const Stmt *s, const Var *v);
 bool ir_expr_equal(const Expr *a, const Expr *b);
 
 /* Property tables generated from the X-macros. */
@@ -736,6 +741,8 @@ bool ir_mbarrier_op_has_value(MbarrierOp op);
 const char *ir_fence_op_name(FenceOp op);
 bool ir_fence_op_has_value(FenceOp op);
 const char *ir_hint_name(Hint hint); /* "auto", "off", "on" */
+/* Buffer.async_kind: "none", "plain", "swizzle128", "mbarrier". */
+const char *ir_async_kind_name(int async_kind);
 
 /* ===================================================================== */
 /* ir_print.c / ir_parse.c                                                */
@@ -821,6 +828,12 @@ int ir_loop_vector_lanes(const Stmt *loop);
  * tile statements (copy shapes agree, reduce dims, fragment accesses in
  * bounds when constant).  Changes nothing. */
 bool pass_check_types(Kernel *k, Diag *diag);
+/* The GEMM rules pass_check_types applies to one STMT_GEMM (operand
+ * scopes, dtypes, fp8 transposes, shapes agreeing per the transpose
+ * flags): NULL when they hold, else the first problem as a message in
+ * `arena`.  The front end calls it per instance, so the error points at
+ * the source statement. */
+const char *pass_check_gemm(Arena *arena, const Stmt *gemm);
 /* passes/lower_tma.c -- requires: tile level.  Decides, for every
  * block-level COPY between a global tensor and a whole shared buffer (or
  * a stage of one), whether it becomes a TMA copy (docs/hopper.md 2):

@@ -1,7 +1,9 @@
 /*
- * ir_lex.h -- private interface between the two halves of the textual IR
- * reader: ir_lex.c (tokens, errors, token-level helpers) and ir_parse.c
- * (the grammar).  Not for use outside those two files.
+ * ir_lex.h -- private interface between the parts of the textual IR
+ * reader: ir_lex.c (tokens, errors, token-level helpers) and the grammar in
+ * ir_parse.c (modules, kernels, declarations), ir_parse_expr.c (names,
+ * expressions) and ir_parse_stmt.c (statements).  Not for use outside
+ * those files.
  */
 #ifndef TKC_IR_LEX_H
 #define TKC_IR_LEX_H
@@ -62,6 +64,37 @@ const char *ir_lex_expect_name(Parser *p, const char *what);   /* word or string
 const char *ir_lex_expect_string(Parser *p, const char *what);
 int64_t ir_lex_expect_int(Parser *p, const char *what, int64_t low, int64_t high);
 DType ir_lex_expect_dtype(Parser *p);
+
+/* ---- the grammar's shared productions -------------------------------- */
+
+/* Nesting guard: ir_parse_enter fails past PARSE_MAX_DEPTH. */
+void ir_parse_enter(Parser *p, Loc loc);
+void ir_parse_leave(Parser *p);
+/* Kernel-wide name lookup (NULL when undefined). */
+Var *ir_parse_find_var(Kernel *k, const char *name);
+Buffer *ir_parse_find_buffer(Kernel *k, const char *name);
+/* The VAR token naming a variable about to be defined (not yet defined). */
+Token *ir_parse_new_var_name(Parser *p);
+Var *ir_parse_define_var(Parser *p, DType t, VarKind kind);
+/* vardecl = VAR [':' dtype]   (dtype defaults to i32) */
+Var *ir_parse_var_decl(Parser *p, VarKind kind);
+Var *ir_parse_use_var(Parser *p);
+Buffer *ir_parse_use_buffer(Parser *p);
+Expr *ir_parse_expr(Parser *p);
+/* An expression whose bare literals take the dtype ctx (DT_VOID: none). */
+Expr *ir_parse_expr_in(Parser *p, DType ctx);
+/* access = BUFFER '[' exprs {';' ('if' expr | 'align' int)} ']'; clauses
+ * false rejects the ';' part.  Returns the indices. */
+Expr **ir_parse_access(Parser *p, Buffer **buffer, Expr **predicate,
+                       int *align_bytes, bool clauses);
+Layout *ir_parse_layout(Parser *p);
+Buffer *ir_parse_buffer_decl(Parser *p);
+/* region = BUFFER '[' [expr [':' '+' int] {',' ...}] ']' */
+Region ir_parse_region(Parser *p);
+/* block = '{' {stmt} '}' -- always a SEQ */
+Stmt *ir_parse_block(Parser *p);
+/* 'auto' | 'off' | 'on' */
+Hint ir_parse_hint(Parser *p);
 
 /* Cursor helpers. */
 static inline Token *peek(Parser *p) { return &p->tokens[p->pos]; }

@@ -19,16 +19,11 @@
  * (a pass dumping broken IR is when the dump matters most): missing pieces
  * print as <null>, which the parser rejects.
  */
-#include "ir.h"
+#include "ir_print.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    FILE *out;
-    int indent;
-} Printer;
 
 /* ---- names, literals ----------------------------------------------------- */
 
@@ -38,7 +33,7 @@ static bool is_name_char(char c)
            (c >= '0' && c <= '9') || c == '_' || c == '.';
 }
 
-static void print_string(FILE *out, const char *s)
+void ir_print_string(FILE *out, const char *s)
 {
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -59,7 +54,7 @@ static void print_string(FILE *out, const char *s)
 /* A bare word ([A-Za-z_][A-Za-z0-9_.]*) or, for anything else, a string
  * (`%"0 odd"`).  A digit never follows a sigil, so `%H %64` lexes as a
  * modulo. */
-static void print_name(FILE *out, const char *sigil, const char *name)
+void ir_print_name(FILE *out, const char *sigil, const char *name)
 {
     if (!name) {
         fprintf(out, "%s<null>", sigil);
@@ -73,17 +68,17 @@ static void print_name(FILE *out, const char *sigil, const char *name)
     if (plain)
         fputs(name, out);
     else
-        print_string(out, name);
+        ir_print_string(out, name);
 }
 
-static void print_var_name(FILE *out, const Var *v)
+void ir_print_var_name(FILE *out, const Var *v)
 {
-    print_name(out, "%", v ? v->name : NULL);
+    ir_print_name(out, "%", v ? v->name : NULL);
 }
 
-static void print_buffer_name(FILE *out, const Buffer *b)
+void ir_print_buffer_name(FILE *out, const Buffer *b)
 {
-    print_name(out, "@", b ? b->name : NULL);
+    ir_print_name(out, "@", b ? b->name : NULL);
 }
 
 /* Shortest %g form that reads back as the same double, always with a '.'
@@ -285,10 +280,10 @@ static void print_expr_list(FILE *out, Expr *const *items, int count)
 }
 
 /* `[i, j; if p; align N]` of a load or store. */
-static void print_access(FILE *out, const Buffer *b, Expr *const *indices,
+void ir_print_access(FILE *out, const Buffer *b, Expr *const *indices,
                          const Expr *predicate, int align_bytes)
 {
-    print_buffer_name(out, b);
+    ir_print_buffer_name(out, b);
     fputc('[', out);
     print_expr_list(out, indices, b ? b->rank : 0);
     if (predicate) {
@@ -339,10 +334,10 @@ static void print_expr_in(FILE *out, const Expr *e, DType ctx, int min_precedenc
         print_literal(out, e, ctx);
         break;
     case EXPR_VAR:
-        print_var_name(out, e->u.var);
+        ir_print_var_name(out, e->u.var);
         break;
     case EXPR_LOAD:
-        print_access(out, e->u.load.buffer, e->u.load.indices, e->u.load.predicate,
+        ir_print_access(out, e->u.load.buffer, e->u.load.indices, e->u.load.predicate,
                      e->u.load.align_bytes);
         break;
     case EXPR_UNARY:
@@ -426,9 +421,11 @@ static void print_expr_in(FILE *out, const Expr *e, DType ctx, int min_precedenc
 
 void ir_print_expr(FILE *out, const Expr *e) { print_expr_in(out, e, DT_VOID, 0); }
 
+void ir_print_expr_in(FILE *out, const Expr *e, DType ctx) { print_expr_in(out, e, ctx, 0); }
+
 /* ---- buffers, layouts --------------------------------------------------------- */
 
-static void print_int_list(FILE *out, const int64_t *values, int count)
+void ir_print_int_list(FILE *out, const int64_t *values, int count)
 {
     fputc('[', out);
     for (int i = 0; i < count; i++)
@@ -436,15 +433,20 @@ static void print_int_list(FILE *out, const int64_t *values, int count)
     fputc(']', out);
 }
 
-static void print_layout(FILE *out, const Layout *layout)
+/* `layout([extents], threads T, vec V, slots S[, reduced [..], group G])`;
+ * an MMA layout is `layout mma([M, N], threads T, vec V, slots S,
+ * warpgroups W)`. */
+void ir_print_layout(FILE *out, const Layout *layout)
 {
-    fputs("layout(", out);
-    print_int_list(out, layout->extent, layout->rank > IR_MAX_RANK ? 0 : layout->rank);
+    fputs(layout->kind == LAYOUT_MMA ? "layout mma(" : "layout(", out);
+    ir_print_int_list(out, layout->extent, layout->rank > IR_MAX_RANK ? 0 : layout->rank);
     fprintf(out, ", threads %d, vec %d, slots %lld", layout->threads, layout->vec,
             (long long)layout->slots);
+    if (layout->kind == LAYOUT_MMA)
+        fprintf(out, ", warpgroups %d", layout->warpgroups);
     if (layout->reduced) {
         fputs(", reduced ", out);
-        print_int_list(out, layout->parent_extent,
+        ir_print_int_list(out, layout->parent_extent,
                        layout->parent_rank > IR_MAX_RANK ? 0 : layout->parent_rank);
         fprintf(out, ", group %d", layout->group);
     }
@@ -466,12 +468,13 @@ static void print_dim_list(FILE *out, Expr *const *items, int count)
     fputc(']', out);
 }
 
-/* `@name: scope dtype [shape] strides [...] readonly layout(...) offset N
- * pitch N swizzle N`, optional parts only when they differ from the
- * defaults of ir_new_buffer. */
-static void print_buffer_decl(FILE *out, const Buffer *b)
+/* `@name: scope dtype [shape] strides [...] readonly layout(...)
+ * plain|swizzle128|mbarrier synchronized offset N pitch N swizzle N`,
+ * optional parts only when they differ from the defaults of
+ * ir_new_buffer. */
+void ir_print_buffer_decl(FILE *out, const Buffer *b)
 {
-    print_buffer_name(out, b);
+    ir_print_buffer_name(out, b);
     if ((unsigned)b->scope > SCOPE_LOCAL || (unsigned)b->dtype >= DT_COUNT ||
         b->rank < 0 || b->rank > IR_MAX_RANK) {
         fputs(": <bad buffer>", out);
@@ -490,8 +493,12 @@ static void print_buffer_decl(FILE *out, const Buffer *b)
         fputs(" readonly", out);
     if (b->layout) {
         fputc(' ', out);
-        print_layout(out, b->layout);
+        ir_print_layout(out, b->layout);
     }
+    if (b->async_kind != SHARED_ASYNC_NONE)
+        fprintf(out, " %s", ir_async_kind_name(b->async_kind));
+    if (b->mbarrier_synchronized)
+        fputs(" synchronized", out);
     if (b->shared_offset != -1)
         fprintf(out, " offset %lld", (long long)b->shared_offset);
     if (b->pitch != 0)
@@ -500,9 +507,9 @@ static void print_buffer_decl(FILE *out, const Buffer *b)
         fprintf(out, " swizzle %d", b->swizzle_shift);
 }
 
-static void print_region(FILE *out, const Region *r)
+void ir_print_region(FILE *out, const Region *r)
 {
-    print_buffer_name(out, r->buffer);
+    ir_print_buffer_name(out, r->buffer);
     fputc('[', out);
     int rank = r->buffer && r->buffer->rank <= IR_MAX_RANK ? r->buffer->rank : 0;
     for (int i = 0; i < rank; i++) {
@@ -515,316 +522,3 @@ static void print_region(FILE *out, const Region *r)
     fputc(']', out);
 }
 
-/* ---- statements ---------------------------------------------------------------- */
-
-static void print_stmt(Printer *p, const Stmt *s);
-
-static void print_indent(Printer *p)
-{
-    for (int i = 0; i < p->indent; i++)
-        fputs("  ", p->out);
-}
-
-/* `{`, the statements of a SEQ (or the one statement), `}`.  The caller
- * has written the text before the brace; the closing brace ends the line
- * unless `more` (for `} else {`). */
-static void print_block(Printer *p, const Stmt *body, bool more)
-{
-    bool empty = !body || (body->kind == STMT_SEQ && body->u.seq.count == 0);
-    if (empty) {
-        fputs("{}", p->out);
-    } else {
-        fputs("{\n", p->out);
-        p->indent++;
-        if (body->kind == STMT_SEQ)
-            for (int i = 0; i < body->u.seq.count; i++)
-                print_stmt(p, body->u.seq.items ? body->u.seq.items[i] : NULL);
-        else
-            print_stmt(p, body);
-        p->indent--;
-        print_indent(p);
-        fputc('}', p->out);
-    }
-    if (!more)
-        fputc('\n', p->out);
-}
-
-/* `%name` plus `: dtype` when the dtype is not the default i32. */
-static void print_var_decl_i32(FILE *out, const Var *v)
-{
-    print_var_name(out, v);
-    if (v && v->dtype != DT_I32)
-        fprintf(out, ": %s", ir_dtype_name(v->dtype));
-}
-
-static void print_stmt(Printer *p, const Stmt *s)
-{
-    FILE *out = p->out;
-    print_indent(p);
-    if (!s) {
-        fputs("<null>\n", out);
-        return;
-    }
-    switch (s->kind) {
-    case STMT_SEQ:
-        fputs("seq ", out);
-        print_block(p, s, false);
-        return;
-    case STMT_LET: {
-        const Var *v = s->u.let.var;
-        const Expr *value = s->u.let.value;
-        fputs(v && v->kind == VAR_MUTABLE ? "var " : "let ", out);
-        print_var_name(out, v);
-        DType ctx = DT_VOID;
-        if (v && (!value || v->dtype != value->dtype)) {
-            fprintf(out, ": %s", ir_dtype_name(v->dtype));
-            ctx = v->dtype;
-        }
-        if (value) {
-            fputs(" = ", out);
-            print_expr_in(out, value, ctx, 0);
-        }
-        break;
-    }
-    case STMT_ASSIGN:
-        print_var_name(out, s->u.assign.var);
-        fputs(" = ", out);
-        print_expr_in(out, s->u.assign.value,
-                      s->u.assign.var ? s->u.assign.var->dtype : DT_VOID, 0);
-        break;
-    case STMT_STORE: {
-        const Buffer *b = s->u.store.buffer;
-        fputs("store ", out);
-        print_access(out, b, s->u.store.indices, s->u.store.predicate,
-                     s->u.store.align_bytes);
-        fputs(" = ", out);
-        print_expr_in(out, s->u.store.value, b ? b->dtype : DT_VOID, 0);
-        break;
-    }
-    case STMT_ALLOC:
-        fputs("alloc ", out);
-        if (s->u.alloc.buffer)
-            print_buffer_decl(out, s->u.alloc.buffer);
-        else
-            fputs("@<null>", out);
-        break;
-    case STMT_FOR: {
-        const Var *v = s->u.loop.var;
-        DType ctx = v ? v->dtype : DT_VOID;
-        fputs("for ", out);
-        print_var_decl_i32(out, v);
-        fprintf(out, " in %s(", (unsigned)s->u.loop.kind < LOOP_COUNT
-                                    ? ir_loop_name(s->u.loop.kind) : "<bad>");
-        print_expr_in(out, s->u.loop.begin, ctx, 0);
-        fputs(", ", out);
-        print_expr_in(out, s->u.loop.end, ctx, 0);
-        fputc(')', out);
-        if (s->u.loop.step != 1)
-            fprintf(out, " step %lld", (long long)s->u.loop.step);
-        fputc(' ', out);
-        print_block(p, s->u.loop.body, false);
-        return;
-    }
-    case STMT_PARALLEL: {
-        fputs("parallel (", out);
-        int rank = s->u.parallel.rank > IR_MAX_RANK ? 0 : s->u.parallel.rank;
-        for (int i = 0; i < rank; i++) {
-            const Var *v = s->u.parallel.vars[i];
-            if (i)
-                fputs(", ", out);
-            print_var_name(out, v);
-            fputs(": ", out);
-            if (v && v->dtype != DT_I32)
-                fprintf(out, "%s ", ir_dtype_name(v->dtype));
-            fprintf(out, "%lld", (long long)s->u.parallel.extent[i]);
-        }
-        fputs(") ", out);
-        if (s->u.parallel.layout) {
-            print_layout(out, s->u.parallel.layout);
-            fputc(' ', out);
-        }
-        print_block(p, s->u.parallel.body, false);
-        return;
-    }
-    case STMT_IF:
-        fputs("if ", out);
-        print_expr_in(out, s->u.if_.cond, DT_VOID, 0);
-        fputc(' ', out);
-        if (!s->u.if_.else_body) {
-            print_block(p, s->u.if_.then_body, false);
-            return;
-        }
-        print_block(p, s->u.if_.then_body, true);
-        fputs(" else ", out);
-        print_block(p, s->u.if_.else_body, false);
-        return;
-    case STMT_BARRIER:
-        fputs(s->u.barrier.warp_only ? "barrier warp" : "barrier", out);
-        break;
-    case STMT_COPY:
-        fputs("copy ", out);
-        print_region(out, &s->u.copy.src);
-        fputs(" -> ", out);
-        print_region(out, &s->u.copy.dst);
-        break;
-    case STMT_FILL: {
-        const Buffer *b = s->u.fill.dst.buffer;
-        fputs("fill ", out);
-        print_region(out, &s->u.fill.dst);
-        fputs(" = ", out);
-        print_expr_in(out, s->u.fill.value, b ? b->dtype : DT_VOID, 0);
-        break;
-    }
-    case STMT_REDUCE:
-        fprintf(out, "reduce %s ", (unsigned)s->u.reduce.op < REDUCE_COUNT
-                                       ? ir_reduce_name(s->u.reduce.op) : "<bad>");
-        print_buffer_name(out, s->u.reduce.src);
-        fputs(" -> ", out);
-        print_buffer_name(out, s->u.reduce.dst);
-        fprintf(out, " dim %d", s->u.reduce.dim);
-        if (s->u.reduce.clear)
-            fputs(" clear", out);
-        break;
-    case STMT_ATOMIC: {
-        const Buffer *b = s->u.atomic.buffer;
-        fprintf(out, "atomic %s ", (unsigned)s->u.atomic.op < ATOMIC_COUNT
-                                       ? ir_atomic_name(s->u.atomic.op) : "<bad>");
-        print_access(out, b, s->u.atomic.indices, NULL, 0);
-        fputs(" = ", out);
-        print_expr_in(out, s->u.atomic.value, b ? b->dtype : DT_VOID, 0);
-        break;
-    }
-    case STMT_EVAL:
-        fputs("eval ", out);
-        print_expr_in(out, s->u.eval.value, DT_VOID, 0);
-        break;
-    case STMT_RETURN:
-        fputs("return", out);
-        break;
-    case STMT_ASSERT:
-        fputs("assert ", out);
-        print_expr_in(out, s->u.assert_.cond, DT_VOID, 0);
-        if (s->u.assert_.message) {
-            fputs(", ", out);
-            print_string(out, s->u.assert_.message);
-        }
-        break;
-    default:
-        fprintf(out, "<bad stmt kind %d>", (int)s->kind);
-        break;
-    }
-    fputc('\n', out);
-}
-
-/* ---- kernels, modules ------------------------------------------------------------ */
-
-static const char *const state_names[] = {"layouts", "thread", "vector", "shared"};
-
-static void print_state(FILE *out, unsigned state)
-{
-    fputs("  state", out);
-    for (unsigned bit = 0; bit < 4; bit++)
-        if (state & (1u << bit))
-            fprintf(out, " %s", state_names[bit]);
-    if (state & ~15u)
-        fprintf(out, " %u", state & ~15u);
-    fputc('\n', out);
-}
-
-void ir_print_kernel(FILE *out, const Kernel *k)
-{
-    Printer printer = {out, 1};
-    fputs("kernel ", out);
-    print_name(out, "", k->name);
-    fputs(" {\n", out);
-    if (k->source_name && k->name && strcmp(k->source_name, k->name) != 0) {
-        fputs("  source ", out);
-        print_name(out, "", k->source_name);
-        fputc('\n', out);
-    }
-    if (k->instance && *k->instance) {
-        fputs("  instance ", out);
-        print_name(out, "", k->instance);
-        fputc('\n', out);
-    }
-    if (k->state)
-        print_state(out, k->state);
-    fprintf(out, "  threads %d\n", k->threads);
-    if (k->shared_bytes)
-        fprintf(out, "  shared_bytes %lld\n", (long long)k->shared_bytes);
-    if (k->nsymbols > 0) {
-        fputs("  symbol ", out);
-        for (int i = 0; i < k->nsymbols; i++) {
-            if (i)
-                fputs(", ", out);
-            print_var_decl_i32(out, k->symbols ? k->symbols[i] : NULL);
-        }
-        fputc('\n', out);
-    }
-    for (int i = 0; i < k->nparams; i++) {
-        const Param *param = &k->params[i];
-        fputs("  param ", out);
-        const char *own_name = NULL;
-        if (param->kind == PARAM_TENSOR && param->buffer) {
-            print_buffer_decl(out, param->buffer);
-            own_name = param->buffer->name;
-        } else if (param->kind == PARAM_SCALAR && param->var) {
-            print_var_name(out, param->var);
-            fprintf(out, ": %s", ir_dtype_name(param->var->dtype));
-            own_name = param->var->name;
-        } else {
-            fputs("<null>", out);
-        }
-        if (param->name && own_name && strcmp(param->name, own_name) != 0) {
-            fputs(" name ", out);
-            print_string(out, param->name);
-        }
-        fputc('\n', out);
-    }
-    for (int i = 0; i < k->nconstraints; i++) {
-        fputs("  constraint ", out);
-        print_string(out, k->constraints[i].text ? k->constraints[i].text : "");
-        fputc(' ', out);
-        print_expr_in(out, k->constraints[i].cond, DT_VOID, 0);
-        fputc('\n', out);
-    }
-    fputs("  grid ", out);
-    for (int i = 0; i < 3; i++) {
-        if (i)
-            fputs(", ", out);
-        if (k->grid[i])
-            print_expr_in(out, k->grid[i], DT_VOID, 0);
-        else
-            fputc('1', out);
-    }
-    fputc('\n', out);
-    bool any_block = k->block_vars[0] || k->block_vars[1] || k->block_vars[2];
-    if (any_block) {
-        fputs("  block ", out);
-        bool first = true;
-        for (int i = 0; i < 3; i++) {
-            if (!k->block_vars[i])
-                continue;
-            if (!first)
-                fputs(", ", out);
-            first = false;
-            print_var_decl_i32(out, k->block_vars[i]);
-            fprintf(out, " = %c", "xyz"[i]);
-        }
-        fputc('\n', out);
-    }
-    fputs("  body ", out);
-    print_block(&printer, k->body, false);
-    fputs("}\n", out);
-}
-
-void ir_print_module(FILE *out, const Module *m)
-{
-    fputs("arch ", out);
-    print_name(out, "", m->arch ? m->arch : "sm_90a");
-    fputc('\n', out);
-    for (int i = 0; i < m->nkernels; i++) {
-        fputc('\n', out);
-        ir_print_kernel(out, m->kernels[i]);
-    }
-}

@@ -3,7 +3,7 @@
  *
  *   tkc FILE.tk -o OUT [--emit=cubin|ptx|llvm|ir|header]
  *       [--arch=sm_90a|sm_100a] [--dump-after=PASS|all] [-I DIR]...
- *       [--time] [--version] [--help]
+ *       [--explain-tma] [--time] [--version] [--help]
  *
  * Stages: frontend_compile (lang/: parse, check, instantiate every kernel
  * instance into IR), pipeline_run (compiler/pipeline.c: the passes with
@@ -67,12 +67,15 @@ static const char usage_text[] =
     "  --dump-after=PASS    print each kernel's IR to stderr after PASS\n"
     "                       (a pass name, 'frontend', or 'all')\n"
     "  -I DIR               search DIR for imported modules (repeatable)\n"
+    "  --explain-tma        say, as a note at each block-level copy, whether it\n"
+    "                       became a TMA copy and if not why (lower_tma)\n"
     "  --time               print the time of each stage to stderr\n"
     "  --version            print the version and exit\n"
     "  --help               print this help and exit\n"
     "\n"
-    "passes, in order: check_types lower_tile_ops infer_layouts lower_parallel\n"
-    "  simplify plan_shared vectorize simplify insert_barriers\n"
+    "passes, in order: check_types lower_tma warp_specialize pipeline_loops\n"
+    "  lower_tile_ops infer_layouts lower_gemm lower_parallel simplify\n"
+    "  plan_shared vectorize simplify insert_barriers\n"
     "\n"
     "exit status: 0 success, 1 errors in the input, 2 usage error,\n"
     "  3 internal compiler error\n";
@@ -145,6 +148,8 @@ static void parse_options(int argc, char **argv, Options *o, Arena *arena) {
             if (strcmp(value, "sm_90a") != 0 && strcmp(value, "sm_100a") != 0)
                 usage_error("unsupported architecture '%s' (sm_90a or sm_100a)", value);
             o->arch = value;
+        } else if (strcmp(arg, "--explain-tma") == 0) {
+            pass_explain_tma = true;
         } else if ((value = option_value(argc, argv, &i, "--dump-after"))) {
             if (strcmp(value, "all") != 0 && strcmp(value, "frontend") != 0 &&
                 !pipeline_find_pass(value))

@@ -16,45 +16,28 @@
  *   - scoping: a LET (or an ALLOC) is visible to the end of its enclosing
  *     SEQ, a loop variable inside its body, symbols, scalar parameters and
  *     block variables everywhere; every variable is bound once;
- *   - stage: no PARALLEL / COPY / FILL / REDUCE nor FRAGMENT buffer once
- *     KSTATE_THREAD; layouts on every PARALLEL and fragment once
+ *   - stage: no PARALLEL / COPY / FILL / REDUCE / GEMM / PIPELINED loop nor
+ *     FRAGMENT buffer once KSTATE_THREAD; layouts on every PARALLEL and fragment once
  *     KSTATE_LAYOUTS; no VECTORIZED loop once KSTATE_VECTOR; every shared
- *     buffer planned (offset, pitch) once KSTATE_SHARED.
+ *     buffer planned (offset, pitch) once KSTATE_SHARED;
+ *   - the Hopper nodes (gemm, mbarrier, tma, wgmma, fence, pipelined
+ *     loops, warp-specialised ifs, named barriers, TMA copies, MMA
+ *     layouts, tensor maps): verify_hopper.c, called from the walk here
+ *     through verify.h.
  *
  * Failures are compiler bugs, but they go through diag_error (prefixed
  * "IR verifier (after PASS): ") so that tests can read them; the driver
  * turns a failed verification into an internal error.
  */
-#include "ir.h"
+#include "verify.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    VERIFY_MAX_REPORTS = 50, /* a pass that breaks everything says so once */
-};
 
-typedef struct {
-    Kernel *k;
-    Diag *diag;
-    const char *pass;
-    int errors;
-    Loc stmt_loc;       /* the statement being checked, for Exprs without a
-                           location of their own */
-    /* variables, by Var.id */
-    bool *in_scope;
-    bool *bound;        /* bound once already (LET, loop, declaration) */
-    int *lanes;         /* lanes of the value a LET bound */
-    int *scope_vars;    /* stack of ids bound in open scopes */
-    int nscope_vars;
-    /* buffers in scope: stack, plus every buffer ever ALLOCated */
-    PtrVec visible;
-    PtrVec allocated;
-} Verifier;
-
-__attribute__((format(printf, 3, 4))) static void
-report(Verifier *v, Loc loc, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) void
+verify_report(Verifier *v, Loc loc, const char *fmt, ...)
 {
     v->errors++;
     if (v->errors > VERIFY_MAX_REPORTS)
@@ -71,13 +54,11 @@ report(Verifier *v, Loc loc, const char *fmt, ...)
 }
 
 static const char *var_name(const Var *var) { return var && var->name ? var->name : "?"; }
-static const char *buffer_name(const Buffer *b) { return b && b->name ? b->name : "?"; }
 
-static bool dtype_ok(DType t) { return (unsigned)t < DT_COUNT; }
 
 static bool is_integer(DType t)
 {
-    if (!dtype_ok(t))
+    if (!verify_dtype_ok(t))
         return false;
     DClass cls = ir_dtype_class(t);
     return cls == DCLASS_SINT || cls == DCLASS_UINT;
@@ -85,10 +66,9 @@ static bool is_integer(DType t)
 
 static bool is_arith_float(DType t)
 {
-    return dtype_ok(t) && ir_dtype_class(t) == DCLASS_FLOAT;
+    return verify_dtype_ok(t) && ir_dtype_class(t) == DCLASS_FLOAT;
 }
 
-static const char *dname(DType t) { return dtype_ok(t) ? ir_dtype_name(t) : "<bad dtype>"; }
 
 /* ---- scopes ------------------------------------------------------------------------ */
 
@@ -96,11 +76,11 @@ static const char *dname(DType t) { return dtype_ok(t) ? ir_dtype_name(t) : "<ba
 static bool var_known(Verifier *v, const Var *var, Loc loc)
 {
     if (!var) {
-        report(v, loc, "missing variable");
+        verify_report(v, loc, "missing variable");
         return false;
     }
     if (var->id < 0 || var->id >= v->k->vars.count || v->k->vars.items[var->id] != var) {
-        report(v, loc, "variable %%%s does not belong to this kernel", var_name(var));
+        verify_report(v, loc, "variable %%%s does not belong to this kernel", var_name(var));
         return false;
     }
     return true;
@@ -112,13 +92,13 @@ static void bind(Verifier *v, Var *var, VarKind kind, int lanes, Loc loc)
     if (!var_known(v, var, loc))
         return;
     if (var->kind != kind && !(kind == VAR_LET && var->kind == VAR_MUTABLE))
-        report(v, loc, "%%%s is bound as a %s variable but has kind %d", var_name(var),
+        verify_report(v, loc, "%%%s is bound as a %s variable but has kind %d", var_name(var),
                kind == VAR_LOOP ? "loop" : "let", (int)var->kind);
     v->lanes[var->id] = lanes;
     if (v->bound[var->id]) {
         /* keep it in scope for good rather than cascade into more errors;
          * the scope stack has room for one entry per variable */
-        report(v, loc, "%%%s is bound twice", var_name(var));
+        verify_report(v, loc, "%%%s is bound twice", var_name(var));
         v->in_scope[var->id] = true;
         return;
     }
@@ -149,67 +129,67 @@ static bool buffer_visible(Verifier *v, const Buffer *b)
 }
 
 /* Stage rules that hold for every mention of a buffer. */
-static void check_buffer_use(Verifier *v, const Buffer *b, Loc loc)
+void verify_buffer_use(Verifier *v, const Buffer *b, Loc loc)
 {
     if (!b) {
-        report(v, loc, "missing buffer");
+        verify_report(v, loc, "missing buffer");
         return;
     }
     if (!buffer_visible(v, b))
-        report(v, loc, "buffer @%s is used outside the scope of its declaration",
+        verify_report(v, loc, "buffer @%s is used outside the scope of its declaration",
                buffer_name(b));
     if (b->scope == SCOPE_FRAGMENT && (v->k->state & KSTATE_THREAD))
-        report(v, loc, "fragment @%s remains at thread level", buffer_name(b));
+        verify_report(v, loc, "fragment @%s remains at thread level", buffer_name(b));
 }
 
 /* ---- expressions ------------------------------------------------------------------- */
 
-static void check_expr(Verifier *v, const Expr *e);
+
 
 /* Checks e and that it is a scalar of an integer type (indices, bounds). */
 static void check_index(Verifier *v, const Expr *e, int lanes, const char *what)
 {
-    check_expr(v, e);
+    verify_expr(v, e);
     if (!e)
         return;
     if (!is_integer(e->dtype))
-        report(v, e->loc, "%s has dtype %s, not an integer", what, dname(e->dtype));
+        verify_report(v, e->loc, "%s has dtype %s, not an integer", what, dname(e->dtype));
     if (e->lanes != lanes)
-        report(v, e->loc, "%s has %d lanes, the access %d", what, e->lanes, lanes);
+        verify_report(v, e->loc, "%s has %d lanes, the access %d", what, e->lanes, lanes);
 }
 
 static void check_predicate(Verifier *v, const Expr *predicate, int lanes)
 {
     if (!predicate)
         return;
-    check_expr(v, predicate);
+    verify_expr(v, predicate);
     if (predicate->dtype != DT_BOOL)
-        report(v, predicate->loc, "predicate has dtype %s, not bool", dname(predicate->dtype));
+        verify_report(v, predicate->loc, "predicate has dtype %s, not bool", dname(predicate->dtype));
     if (predicate->lanes != lanes)
-        report(v, predicate->loc, "predicate has %d lanes, the access %d", predicate->lanes,
+        verify_report(v, predicate->loc, "predicate has %d lanes, the access %d", predicate->lanes,
                lanes);
 }
 
 static void check_access(Verifier *v, const Buffer *b, Expr *const *indices, int lanes,
                          const Expr *predicate, int align_bytes, Loc loc)
 {
-    check_buffer_use(v, b, loc);
+    verify_buffer_use(v, b, loc);
     if (!b)
         return;
     if (b->rank > 0 && !indices) {
-        report(v, loc, "access to @%s has no indices", buffer_name(b));
+        verify_report(v, loc, "access to @%s has no indices", buffer_name(b));
         return;
     }
     for (int i = 0; i < b->rank; i++) {
         if (!indices[i])
-            report(v, loc, "access to @%s: index %d is missing (rank %d)", buffer_name(b), i,
+            verify_report(v, loc, "access to @%s: index %d is missing (rank %d)", buffer_name(b), i,
                    b->rank);
         else
             check_index(v, indices[i], lanes, "index");
     }
     check_predicate(v, predicate, lanes);
     if (align_bytes < 0 || (align_bytes & (align_bytes - 1)) != 0)
-        report(v, loc, "access to @%s: align_bytes %d is not a power of two", buffer_name(b),
+        verify_report(v, loc, "access to @%s: align_bytes %d is not a power of two", buffer_name(b),
                align_bytes);
 }
 
@@ -222,7 +202,7 @@ static bool binop_is_comparison(BinOp op)
 /* Which operand dtypes an operator accepts. */
 static bool binop_accepts(BinOp op, DType t)
 {
-    if (!dtype_ok(t))
+    if (!verify_dtype_ok(t))
         return false;
     DClass cls = ir_dtype_class(t);
     bool integer = cls == DCLASS_SINT || cls == DCLASS_UINT;
@@ -247,24 +227,24 @@ static void check_call(Verifier *v, const Expr *e)
 {
     Intrinsic op = e->u.call.op;
     if ((unsigned)op >= INTR_COUNT) {
-        report(v, e->loc, "unknown intrinsic %d", (int)op);
+        verify_report(v, e->loc, "unknown intrinsic %d", (int)op);
         return;
     }
     const char *name = ir_intrinsic_name(op);
     int want = ir_intrinsic_nargs(op);
     if (want >= 0 && e->u.call.nargs != want) {
-        report(v, e->loc, "%s takes %d arguments, not %d", name, want, e->u.call.nargs);
+        verify_report(v, e->loc, "%s takes %d arguments, not %d", name, want, e->u.call.nargs);
         return;
     }
     if (e->u.call.nargs > 0 && !e->u.call.args) {
-        report(v, e->loc, "%s: missing arguments", name);
+        verify_report(v, e->loc, "%s: missing arguments", name);
         return;
     }
     for (int i = 0; i < e->u.call.nargs; i++) {
         const Expr *arg = e->u.call.args[i];
-        check_expr(v, arg);
+        verify_expr(v, arg);
         if (arg && arg->lanes != 1 && arg->lanes != e->lanes)
-            report(v, e->loc, "%s: argument %d has %d lanes, the call %d", name, i, arg->lanes,
+            verify_report(v, e->loc, "%s: argument %d has %d lanes, the call %d", name, i, arg->lanes,
                    e->lanes);
     }
     for (int i = 0; i < e->u.call.nargs; i++)
@@ -276,78 +256,78 @@ static void check_call(Verifier *v, const Expr *e)
     case INTR_LOG1P:
     case INTR_FMA:
         if (!is_arith_float(e->dtype)) {
-            report(v, e->loc, "%s gives %s, not a float", name, dname(e->dtype));
+            verify_report(v, e->loc, "%s gives %s, not a float", name, dname(e->dtype));
             break;
         }
         for (int i = 0; i < e->u.call.nargs; i++)
             if (args[i]->dtype != e->dtype)
-                report(v, e->loc, "%s: argument %d has dtype %s, the call %s", name, i,
+                verify_report(v, e->loc, "%s: argument %d has dtype %s, the call %s", name, i,
                        dname(args[i]->dtype), dname(e->dtype));
         break;
     case INTR_SHFL_XOR: case INTR_SHFL_IDX:
         if (args[0]->dtype != e->dtype)
-            report(v, e->loc, "%s: value has dtype %s, the call %s", name,
+            verify_report(v, e->loc, "%s: value has dtype %s, the call %s", name,
                    dname(args[0]->dtype), dname(e->dtype));
         if (!is_integer(args[1]->dtype))
-            report(v, e->loc, "%s: lane has dtype %s, not an integer", name,
+            verify_report(v, e->loc, "%s: lane has dtype %s, not an integer", name,
                    dname(args[1]->dtype));
         break;
     case INTR_F16_RZ_BITS: case INTR_E2M1_BITS: case INTR_ISFINITE:
         if (!is_arith_float(args[0]->dtype))
-            report(v, e->loc, "%s: argument has dtype %s, not a float", name,
+            verify_report(v, e->loc, "%s: argument has dtype %s, not a float", name,
                    dname(args[0]->dtype));
         if (e->dtype != ir_call_default_dtype(op, args, e->u.call.nargs))
-            report(v, e->loc, "%s gives %s, not %s", name,
+            verify_report(v, e->loc, "%s gives %s, not %s", name,
                    dname(ir_call_default_dtype(op, args, e->u.call.nargs)), dname(e->dtype));
         break;
     case INTR_POPCOUNT:
         if (!is_integer(args[0]->dtype))
-            report(v, e->loc, "popcount: argument has dtype %s, not an integer",
+            verify_report(v, e->loc, "popcount: argument has dtype %s, not an integer",
                    dname(args[0]->dtype));
         if (!is_integer(e->dtype))
-            report(v, e->loc, "popcount gives %s, not an integer", dname(e->dtype));
+            verify_report(v, e->loc, "popcount gives %s, not an integer", dname(e->dtype));
         break;
     default: /* the index intrinsics */
         if (!is_integer(e->dtype))
-            report(v, e->loc, "%s gives %s, not an integer", name, dname(e->dtype));
+            verify_report(v, e->loc, "%s gives %s, not an integer", name, dname(e->dtype));
         break;
     }
 }
 
-static void check_expr(Verifier *v, const Expr *e)
+void verify_expr(Verifier *v, const Expr *e)
 {
     if (!e) {
-        report(v, v->stmt_loc, "missing expression");
+        verify_report(v, v->stmt_loc, "missing expression");
         return;
     }
-    if (!dtype_ok(e->dtype)) {
-        report(v, e->loc, "%s has bad dtype %d", ir_expr_name(e->kind), (int)e->dtype);
+    if (!verify_dtype_ok(e->dtype)) {
+        verify_report(v, e->loc, "%s has bad dtype %d", ir_expr_name(e->kind), (int)e->dtype);
         return;
     }
     if (e->lanes < 1 || e->lanes > IR_MAX_LANES)
-        report(v, e->loc, "%s has %d lanes", ir_expr_name(e->kind), e->lanes);
+        verify_report(v, e->loc, "%s has %d lanes", ir_expr_name(e->kind), e->lanes);
     else if (e->lanes > 1 && !(v->k->state & KSTATE_VECTOR))
-        report(v, e->loc, "%s has %d lanes before vectorize", ir_expr_name(e->kind), e->lanes);
+        verify_report(v, e->loc, "%s has %d lanes before vectorize", ir_expr_name(e->kind), e->lanes);
     switch (e->kind) {
     case EXPR_INT:
         if (!is_integer(e->dtype) && e->dtype != DT_BOOL)
-            report(v, e->loc, "integer literal of dtype %s", dname(e->dtype));
+            verify_report(v, e->loc, "integer literal of dtype %s", dname(e->dtype));
         break;
     case EXPR_FLOAT:
         if (!ir_dtype_is_float(e->dtype))
-            report(v, e->loc, "float literal of dtype %s", dname(e->dtype));
+            verify_report(v, e->loc, "float literal of dtype %s", dname(e->dtype));
         break;
     case EXPR_VAR: {
         const Var *var = e->u.var;
         if (!var_known(v, var, e->loc))
             break;
         if (!v->in_scope[var->id])
-            report(v, e->loc, "%%%s is used outside its scope", var_name(var));
+            verify_report(v, e->loc, "%%%s is used outside its scope", var_name(var));
         else if (e->lanes != v->lanes[var->id])
-            report(v, e->loc, "%%%s holds %d lanes but is used with %d", var_name(var),
+            verify_report(v, e->loc, "%%%s holds %d lanes but is used with %d", var_name(var),
                    v->lanes[var->id], e->lanes);
         if (e->dtype != var->dtype)
-            report(v, e->loc, "use of %%%s has dtype %s, the variable %s", var_name(var),
+            verify_report(v, e->loc, "use of %%%s has dtype %s, the variable %s", var_name(var),
                    dname(e->dtype), dname(var->dtype));
         break;
     }
@@ -356,22 +336,22 @@ static void check_expr(Verifier *v, const Expr *e)
         check_access(v, b, e->u.load.indices, e->lanes, e->u.load.predicate,
                      e->u.load.align_bytes, e->loc);
         if (b && e->dtype != b->dtype)
-            report(v, e->loc, "load of @%s has dtype %s, the buffer %s", buffer_name(b),
+            verify_report(v, e->loc, "load of @%s has dtype %s, the buffer %s", buffer_name(b),
                    dname(e->dtype), dname(b->dtype));
         break;
     }
     case EXPR_UNARY: {
         const Expr *a = e->u.unary.operand;
-        check_expr(v, a);
+        verify_expr(v, a);
         if (!a)
             break;
         UnOp op = e->u.unary.op;
         if ((unsigned)op >= UN_COUNT) {
-            report(v, e->loc, "unknown unary op %d", (int)op);
+            verify_report(v, e->loc, "unknown unary op %d", (int)op);
             break;
         }
         if (a->lanes != e->lanes)
-            report(v, e->loc, "%s: operand has %d lanes, the result %d", ir_unop_name(op),
+            verify_report(v, e->loc, "%s: operand has %d lanes, the result %d", ir_unop_name(op),
                    a->lanes, e->lanes);
         bool ok = op == UN_LNOT ? a->dtype == DT_BOOL && e->dtype == DT_BOOL
                   : op == UN_NOT ? (is_integer(a->dtype) || a->dtype == DT_BOOL) &&
@@ -379,70 +359,70 @@ static void check_expr(Verifier *v, const Expr *e)
                                  : (is_integer(a->dtype) || is_arith_float(a->dtype)) &&
                                    e->dtype == a->dtype;
         if (!ok)
-            report(v, e->loc, "%s of %s giving %s", ir_unop_name(op), dname(a->dtype),
+            verify_report(v, e->loc, "%s of %s giving %s", ir_unop_name(op), dname(a->dtype),
                    dname(e->dtype));
         break;
     }
     case EXPR_BINARY: {
         const Expr *a = e->u.binary.lhs, *b = e->u.binary.rhs;
         BinOp op = e->u.binary.op;
-        check_expr(v, a);
-        check_expr(v, b);
+        verify_expr(v, a);
+        verify_expr(v, b);
         if (!a || !b)
             break;
         if ((unsigned)op >= BIN_COUNT) {
-            report(v, e->loc, "unknown binary op %d", (int)op);
+            verify_report(v, e->loc, "unknown binary op %d", (int)op);
             break;
         }
         const char *name = ir_binop_name(op);
         if (a->dtype != b->dtype)
-            report(v, e->loc, "operands of '%s' have dtypes %s and %s", name, dname(a->dtype),
+            verify_report(v, e->loc, "operands of '%s' have dtypes %s and %s", name, dname(a->dtype),
                    dname(b->dtype));
         else if (!binop_accepts(op, a->dtype))
-            report(v, e->loc, "'%s' does not apply to %s", name, dname(a->dtype));
+            verify_report(v, e->loc, "'%s' does not apply to %s", name, dname(a->dtype));
         if (a->lanes != b->lanes || a->lanes != e->lanes)
-            report(v, e->loc, "lanes of '%s': %d and %d, result %d", name, a->lanes, b->lanes,
+            verify_report(v, e->loc, "lanes of '%s': %d and %d, result %d", name, a->lanes, b->lanes,
                    e->lanes);
         DType want = binop_is_comparison(op) || op == BIN_LAND || op == BIN_LOR ? DT_BOOL
                                                                                 : a->dtype;
         if (e->dtype != want)
-            report(v, e->loc, "'%s' gives %s, not %s", name, dname(want), dname(e->dtype));
+            verify_report(v, e->loc, "'%s' gives %s, not %s", name, dname(want), dname(e->dtype));
         break;
     }
     case EXPR_SELECT: {
         const Expr *c = e->u.select.cond, *a = e->u.select.then_value,
                    *b = e->u.select.else_value;
-        check_expr(v, c);
-        check_expr(v, a);
-        check_expr(v, b);
+        verify_expr(v, c);
+        verify_expr(v, a);
+        verify_expr(v, b);
         if (!c || !a || !b)
             break;
         if (c->dtype != DT_BOOL)
-            report(v, e->loc, "select condition has dtype %s, not bool", dname(c->dtype));
+            verify_report(v, e->loc, "select condition has dtype %s, not bool", dname(c->dtype));
         if (a->dtype != b->dtype || e->dtype != a->dtype)
-            report(v, e->loc, "select of %s and %s giving %s", dname(a->dtype),
+            verify_report(v, e->loc, "select of %s and %s giving %s", dname(a->dtype),
                    dname(b->dtype), dname(e->dtype));
         if (a->lanes != e->lanes || b->lanes != e->lanes ||
             (c->lanes != 1 && c->lanes != e->lanes))
-            report(v, e->loc, "select lanes: condition %d, values %d and %d, result %d",
+            verify_report(v, e->loc, "select lanes: condition %d, values %d and %d, result %d",
                    c->lanes, a->lanes, b->lanes, e->lanes);
         break;
     }
     case EXPR_CAST: {
         const Expr *a = e->u.cast.value;
-        check_expr(v, a);
+        verify_expr(v, a);
         if (!a)
             break;
         if (a->lanes != e->lanes)
-            report(v, e->loc, "cast: value has %d lanes, the result %d", a->lanes, e->lanes);
+            verify_report(v, e->loc, "cast: value has %d lanes, the result %d", a->lanes, e->lanes);
         if (e->dtype == DT_VOID || a->dtype == DT_VOID)
-            report(v, e->loc, "cast from %s to %s", dname(a->dtype), dname(e->dtype));
+            verify_report(v, e->loc, "cast from %s to %s", dname(a->dtype), dname(e->dtype));
         else if (e->u.cast.kind == CAST_BITCAST &&
                  ir_dtype_bits(a->dtype) != ir_dtype_bits(e->dtype))
-            report(v, e->loc, "bitcast from %s to %s changes the width", dname(a->dtype),
+            verify_report(v, e->loc, "bitcast from %s to %s changes the width", dname(a->dtype),
                    dname(e->dtype));
         else if (e->u.cast.kind != CAST_BITCAST && e->u.cast.kind != CAST_CONVERT)
-            report(v, e->loc, "unknown cast kind %d", (int)e->u.cast.kind);
+            verify_report(v, e->loc, "unknown cast kind %d", (int)e->u.cast.kind);
         break;
     }
     case EXPR_CALL:
@@ -450,43 +430,43 @@ static void check_expr(Verifier *v, const Expr *e)
         break;
     case EXPR_RAMP: {
         const Expr *base = e->u.ramp.base;
-        check_expr(v, base);
+        verify_expr(v, base);
         if (!base)
             break;
         if (!is_integer(base->dtype) || e->dtype != base->dtype)
-            report(v, e->loc, "ramp of %s giving %s", dname(base->dtype), dname(e->dtype));
+            verify_report(v, e->loc, "ramp of %s giving %s", dname(base->dtype), dname(e->dtype));
         if (base->lanes != 1)
-            report(v, e->loc, "ramp base has %d lanes", base->lanes);
+            verify_report(v, e->loc, "ramp base has %d lanes", base->lanes);
         break;
     }
     case EXPR_BROADCAST: {
         const Expr *value = e->u.broadcast.value;
-        check_expr(v, value);
+        verify_expr(v, value);
         if (!value)
             break;
         if (e->dtype != value->dtype)
-            report(v, e->loc, "broadcast of %s giving %s", dname(value->dtype), dname(e->dtype));
+            verify_report(v, e->loc, "broadcast of %s giving %s", dname(value->dtype), dname(e->dtype));
         if (value->lanes != 1)
-            report(v, e->loc, "broadcast of a %d-lane value", value->lanes);
+            verify_report(v, e->loc, "broadcast of a %d-lane value", value->lanes);
         break;
     }
     default:
-        report(v, e->loc, "unknown expression kind %d", (int)e->kind);
+        verify_report(v, e->loc, "unknown expression kind %d", (int)e->kind);
         break;
     }
 }
 
 /* e must be a scalar of dtype want (DT_VOID: any integer). */
-static void check_scalar(Verifier *v, const Expr *e, DType want, const char *what)
+void verify_scalar(Verifier *v, const Expr *e, DType want, const char *what)
 {
-    check_expr(v, e);
+    verify_expr(v, e);
     if (!e)
         return;
     if (want == DT_VOID ? !is_integer(e->dtype) : e->dtype != want)
-        report(v, e->loc, "%s has dtype %s, not %s", what, dname(e->dtype),
+        verify_report(v, e->loc, "%s has dtype %s, not %s", what, dname(e->dtype),
                want == DT_VOID ? "an integer" : dname(want));
     if (e->lanes != 1)
-        report(v, e->loc, "%s has %d lanes", what, e->lanes);
+        verify_report(v, e->loc, "%s has %d lanes", what, e->lanes);
 }
 
 /* ---- statements ----------------------------------------------------------------------- */
@@ -498,7 +478,7 @@ static void check_stmt(Verifier *v, const Stmt *s);
 static void check_body(Verifier *v, const Stmt *body, const char *what, Loc loc)
 {
     if (!body) {
-        report(v, loc, "%s has no body", what);
+        verify_report(v, loc, "%s has no body", what);
         return;
     }
     ScopeMark mark = open_scope(v);
@@ -506,18 +486,18 @@ static void check_body(Verifier *v, const Stmt *body, const char *what, Loc loc)
     close_scope(v, mark);
 }
 
-static void check_region(Verifier *v, const Region *r, Loc loc)
+void verify_region(Verifier *v, const Region *r, Loc loc)
 {
-    check_buffer_use(v, r->buffer, loc);
+    verify_buffer_use(v, r->buffer, loc);
     if (!r->buffer)
         return;
     for (int i = 0; i < r->buffer->rank && i < IR_MAX_RANK; i++) {
         if (!r->start[i])
-            report(v, loc, "region of @%s: start %d is missing", buffer_name(r->buffer), i);
+            verify_report(v, loc, "region of @%s: start %d is missing", buffer_name(r->buffer), i);
         else
-            check_scalar(v, r->start[i], DT_VOID, "region start");
+            verify_scalar(v, r->start[i], DT_VOID, "region start");
         if (r->extent[i] < 0)
-            report(v, loc, "region of @%s: negative extent", buffer_name(r->buffer));
+            verify_report(v, loc, "region of @%s: negative extent", buffer_name(r->buffer));
     }
 }
 
@@ -530,41 +510,46 @@ static void check_layout(Verifier *v, const Layout *layout, Loc loc)
 {
     if (layout->rank < 1 || layout->rank > IR_MAX_RANK || layout->threads < 1 ||
         layout->vec < 1 || layout->slots < 0)
-        report(v, loc, "malformed layout (rank %d, threads %d, vec %d, slots %lld)",
+        verify_report(v, loc, "malformed layout (rank %d, threads %d, vec %d, slots %lld)",
                layout->rank, layout->threads, layout->vec, (long long)layout->slots);
     if (layout->reduced && (layout->parent_rank != layout->rank + 1 || layout->group < 1))
-        report(v, loc, "malformed reduced layout (parent rank %d, group %d)",
+        verify_report(v, loc, "malformed reduced layout (parent rank %d, group %d)",
                layout->parent_rank, layout->group);
+    if (layout->kind == LAYOUT_MMA)
+        verify_mma_layout(v, layout, loc);
+    else if (layout->kind != LAYOUT_CHUNKED)
+        verify_report(v, loc, "unknown layout kind %d", (int)layout->kind);
 }
 
 /* Declaration rules of an ALLOCated buffer, by stage. */
 static void check_alloc(Verifier *v, Buffer *b, Loc loc)
 {
     if (!b) {
-        report(v, loc, "alloc of no buffer");
+        verify_report(v, loc, "alloc of no buffer");
         return;
     }
     for (int i = 0; i < v->allocated.count; i++)
         if (v->allocated.items[i] == b)
-            report(v, loc, "@%s is allocated twice", buffer_name(b));
+            verify_report(v, loc, "@%s is allocated twice", buffer_name(b));
     vec_push(v->k->arena, &v->allocated, b);
     vec_push(v->k->arena, &v->visible, b);
     if (b->scope == SCOPE_GLOBAL)
-        report(v, loc, "alloc of the global buffer @%s", buffer_name(b));
+        verify_report(v, loc, "alloc of the global buffer @%s", buffer_name(b));
     if (b->rank < 0 || b->rank > IR_MAX_RANK) {
-        report(v, loc, "@%s has rank %d", buffer_name(b), b->rank);
+        verify_report(v, loc, "@%s has rank %d", buffer_name(b), b->rank);
         return;
     }
     for (int i = 0; i < b->rank; i++)
         if (!is_positive_int(b->shape[i]))
-            report(v, loc, "@%s: dimension %d is not a positive constant", buffer_name(b), i);
+            verify_report(v, loc, "@%s: dimension %d is not a positive constant", buffer_name(b), i);
     unsigned state = v->k->state;
     if (b->scope == SCOPE_FRAGMENT && (state & KSTATE_THREAD))
-        report(v, loc, "fragment @%s remains at thread level", buffer_name(b));
+        verify_report(v, loc, "fragment @%s remains at thread level", buffer_name(b));
     else if (b->scope == SCOPE_FRAGMENT && (state & KSTATE_LAYOUTS) && !b->layout)
-        report(v, loc, "fragment @%s has no layout", buffer_name(b));
+        verify_report(v, loc, "fragment @%s has no layout", buffer_name(b));
     if (b->layout)
         check_layout(v, b->layout, loc);
+    verify_async_buffer(v, b, loc);
     if (b->scope == SCOPE_SHARED && (state & KSTATE_SHARED)) {
         int64_t row = b->rank && is_positive_int(b->shape[b->rank - 1])
                           ? b->shape[b->rank - 1]->u.int_value : 1;
@@ -573,32 +558,32 @@ static void check_alloc(Verifier *v, Buffer *b, Loc loc)
             rows *= is_positive_int(b->shape[i]) ? b->shape[i]->u.int_value : 1;
         int64_t bytes = rows * b->pitch * ir_dtype_bits(b->dtype) / 8;
         if (b->shared_offset < 0 || b->pitch < row)
-            report(v, loc, "shared @%s is not planned (offset %lld, pitch %lld)",
+            verify_report(v, loc, "shared @%s is not planned (offset %lld, pitch %lld)",
                    buffer_name(b), (long long)b->shared_offset, (long long)b->pitch);
         else if (b->shared_offset + bytes > v->k->shared_bytes)
-            report(v, loc, "shared @%s ends at byte %lld, past shared_bytes %lld",
+            verify_report(v, loc, "shared @%s ends at byte %lld, past shared_bytes %lld",
                    buffer_name(b), (long long)(b->shared_offset + bytes),
                    (long long)v->k->shared_bytes);
         if (b->swizzle_shift < -1 || b->swizzle_shift > 7)
-            report(v, loc, "shared @%s: swizzle_shift %d", buffer_name(b), b->swizzle_shift);
+            verify_report(v, loc, "shared @%s: swizzle_shift %d", buffer_name(b), b->swizzle_shift);
     }
 }
 
-static void check_tile_level(Verifier *v, const Stmt *s)
+void verify_tile_level(Verifier *v, const Stmt *s)
 {
     if (v->k->state & KSTATE_THREAD)
-        report(v, s->loc, "tile-level statement '%s' remains at thread level",
+        verify_report(v, s->loc, "tile-level statement '%s' remains at thread level",
                ir_stmt_name(s->kind));
 }
 
 static void check_stmt(Verifier *v, const Stmt *s)
 {
     if (!s) {
-        report(v, v->stmt_loc, "missing statement");
+        verify_report(v, v->stmt_loc, "missing statement");
         return;
     }
     if ((unsigned)s->kind >= STMT_COUNT) {
-        report(v, s->loc, "unknown statement kind %d", (int)s->kind);
+        verify_report(v, s->loc, "unknown statement kind %d", (int)s->kind);
         return;
     }
     Loc outer = v->stmt_loc;
@@ -609,7 +594,7 @@ static void check_stmt(Verifier *v, const Stmt *s)
     case STMT_SEQ: {
         ScopeMark mark = open_scope(v);
         if (s->u.seq.count > 0 && !s->u.seq.items)
-            report(v, loc, "seq without items");
+            verify_report(v, loc, "seq without items");
         else
             for (int i = 0; i < s->u.seq.count; i++)
                 check_stmt(v, s->u.seq.items[i]);
@@ -621,13 +606,13 @@ static void check_stmt(Verifier *v, const Stmt *s)
         const Expr *value = s->u.let.value;
         int lanes = 1;
         if (value) {
-            check_expr(v, value);
+            verify_expr(v, value);
             lanes = value->lanes;
             if (var && value->dtype != var->dtype)
-                report(v, loc, "let %%%s: value has dtype %s, the variable %s", var_name(var),
+                verify_report(v, loc, "let %%%s: value has dtype %s, the variable %s", var_name(var),
                        dname(value->dtype), dname(var->dtype));
         } else if (var && var->kind != VAR_MUTABLE) {
-            report(v, loc, "let %%%s has no value", var_name(var));
+            verify_report(v, loc, "let %%%s has no value", var_name(var));
         }
         bind(v, var, VAR_LET, lanes, loc);
         break;
@@ -635,18 +620,18 @@ static void check_stmt(Verifier *v, const Stmt *s)
     case STMT_ASSIGN: {
         Var *var = s->u.assign.var;
         const Expr *value = s->u.assign.value;
-        check_expr(v, value);
+        verify_expr(v, value);
         if (!var_known(v, var, loc))
             break;
         if (var->kind != VAR_MUTABLE)
-            report(v, loc, "assignment to %%%s, which is not mutable", var_name(var));
+            verify_report(v, loc, "assignment to %%%s, which is not mutable", var_name(var));
         if (!v->in_scope[var->id])
-            report(v, loc, "assignment to %%%s outside its scope", var_name(var));
+            verify_report(v, loc, "assignment to %%%s outside its scope", var_name(var));
         if (value && value->dtype != var->dtype)
-            report(v, loc, "assignment to %%%s: value has dtype %s, the variable %s",
+            verify_report(v, loc, "assignment to %%%s: value has dtype %s, the variable %s",
                    var_name(var), dname(value->dtype), dname(var->dtype));
         if (value && v->in_scope[var->id] && value->lanes != v->lanes[var->id])
-            report(v, loc, "assignment to %%%s: value has %d lanes, the variable %d",
+            verify_report(v, loc, "assignment to %%%s: value has %d lanes, the variable %d",
                    var_name(var), value->lanes, v->lanes[var->id]);
         break;
     }
@@ -654,14 +639,14 @@ static void check_stmt(Verifier *v, const Stmt *s)
         const Buffer *b = s->u.store.buffer;
         const Expr *value = s->u.store.value;
         int lanes = value ? value->lanes : 1;
-        check_expr(v, value);
+        verify_expr(v, value);
         check_access(v, b, s->u.store.indices, lanes, s->u.store.predicate,
                      s->u.store.align_bytes, loc);
         if (b && value && value->dtype != b->dtype)
-            report(v, loc, "store to @%s: value has dtype %s, the buffer %s", buffer_name(b),
+            verify_report(v, loc, "store to @%s: value has dtype %s, the buffer %s", buffer_name(b),
                    dname(value->dtype), dname(b->dtype));
         if (b && b->read_only)
-            report(v, loc, "store to the read-only buffer @%s", buffer_name(b));
+            verify_report(v, loc, "store to the read-only buffer @%s", buffer_name(b));
         break;
     }
     case STMT_ALLOC:
@@ -670,16 +655,18 @@ static void check_stmt(Verifier *v, const Stmt *s)
     case STMT_FOR: {
         Var *var = s->u.loop.var;
         DType t = var ? var->dtype : DT_I32;
-        check_scalar(v, s->u.loop.begin, t, "loop begin");
-        check_scalar(v, s->u.loop.end, t, "loop end");
+        verify_scalar(v, s->u.loop.begin, t, "loop begin");
+        verify_scalar(v, s->u.loop.end, t, "loop end");
         if (var && !is_integer(var->dtype))
-            report(v, loc, "loop variable %%%s has dtype %s", var_name(var), dname(var->dtype));
+            verify_report(v, loc, "loop variable %%%s has dtype %s", var_name(var), dname(var->dtype));
         if (s->u.loop.step < 1)
-            report(v, loc, "loop step %lld is not positive", (long long)s->u.loop.step);
+            verify_report(v, loc, "loop step %lld is not positive", (long long)s->u.loop.step);
         if ((unsigned)s->u.loop.kind >= LOOP_COUNT)
-            report(v, loc, "unknown loop kind %d", (int)s->u.loop.kind);
+            verify_report(v, loc, "unknown loop kind %d", (int)s->u.loop.kind);
         else if (s->u.loop.kind == LOOP_VECTORIZED && (v->k->state & KSTATE_VECTOR))
-            report(v, loc, "vectorized loop remains after vectorize");
+            verify_report(v, loc, "vectorized loop remains after vectorize");
+        else if (s->u.loop.kind == LOOP_PIPELINED)
+            verify_pipelined_loop(v, s);
         ScopeMark mark = open_scope(v);
         bind(v, var, VAR_LOOP, 1, loc);
         check_body(v, s->u.loop.body, "for", loc);
@@ -687,84 +674,104 @@ static void check_stmt(Verifier *v, const Stmt *s)
         break;
     }
     case STMT_PARALLEL: {
-        check_tile_level(v, s);
+        verify_tile_level(v, s);
         int rank = s->u.parallel.rank;
         if (rank < 1 || rank > IR_MAX_RANK) {
-            report(v, loc, "parallel of rank %d", rank);
+            verify_report(v, loc, "parallel of rank %d", rank);
             break;
         }
         if ((v->k->state & KSTATE_LAYOUTS) && !s->u.parallel.layout)
-            report(v, loc, "parallel loop has no layout");
+            verify_report(v, loc, "parallel loop has no layout");
         if (s->u.parallel.layout)
             check_layout(v, s->u.parallel.layout, loc);
         ScopeMark mark = open_scope(v);
         for (int i = 0; i < rank; i++) {
             if (s->u.parallel.extent[i] < 1)
-                report(v, loc, "parallel extent %lld", (long long)s->u.parallel.extent[i]);
+                verify_report(v, loc, "parallel extent %lld", (long long)s->u.parallel.extent[i]);
             bind(v, s->u.parallel.vars[i], VAR_LOOP, 1, loc);
         }
         check_body(v, s->u.parallel.body, "parallel", loc);
         close_scope(v, mark);
         break;
     }
-    case STMT_IF:
-        check_scalar(v, s->u.if_.cond, DT_BOOL, "if condition");
+    case STMT_IF: {
+        verify_scalar(v, s->u.if_.cond, DT_BOOL, "if condition");
+        bool split = s->u.if_.warp_specialized;
+        WarpSide outer_side = v->side;
+        if (split)
+            verify_warp_specialized_if(v, s);
+        if (split)
+            v->side = SIDE_PRODUCER;
         check_body(v, s->u.if_.then_body, "if", loc);
+        if (split)
+            v->side = SIDE_CONSUMER;
         if (s->u.if_.else_body)
             check_body(v, s->u.if_.else_body, "else", loc);
+        v->side = outer_side;
         break;
+    }
     case STMT_BARRIER:
+        verify_barrier(v, s);
+        break;
     case STMT_RETURN:
         break;
     case STMT_COPY:
-        check_tile_level(v, s);
-        check_region(v, &s->u.copy.src, loc);
-        check_region(v, &s->u.copy.dst, loc);
+        verify_tile_level(v, s);
+        verify_region(v, &s->u.copy.src, loc);
+        verify_region(v, &s->u.copy.dst, loc);
+        verify_copy_clauses(v, s);
         break;
     case STMT_FILL: {
-        check_tile_level(v, s);
-        check_region(v, &s->u.fill.dst, loc);
+        verify_tile_level(v, s);
+        verify_region(v, &s->u.fill.dst, loc);
         const Expr *value = s->u.fill.value;
-        check_expr(v, value);
+        verify_expr(v, value);
         if (value && s->u.fill.dst.buffer && value->dtype != s->u.fill.dst.buffer->dtype)
-            report(v, loc, "fill of @%s: value has dtype %s, the buffer %s",
+            verify_report(v, loc, "fill of @%s: value has dtype %s, the buffer %s",
                    buffer_name(s->u.fill.dst.buffer), dname(value->dtype),
                    dname(s->u.fill.dst.buffer->dtype));
         break;
     }
     case STMT_REDUCE: {
-        check_tile_level(v, s);
+        verify_tile_level(v, s);
         const Buffer *src = s->u.reduce.src, *dst = s->u.reduce.dst;
-        check_buffer_use(v, src, loc);
-        check_buffer_use(v, dst, loc);
+        verify_buffer_use(v, src, loc);
+        verify_buffer_use(v, dst, loc);
         if ((unsigned)s->u.reduce.op >= REDUCE_COUNT)
-            report(v, loc, "unknown reduction %d", (int)s->u.reduce.op);
+            verify_report(v, loc, "unknown reduction %d", (int)s->u.reduce.op);
         if (src && (s->u.reduce.dim < 0 || s->u.reduce.dim >= src->rank))
-            report(v, loc, "reduce dim %d of the rank-%d @%s", s->u.reduce.dim, src->rank,
+            verify_report(v, loc, "reduce dim %d of the rank-%d @%s", s->u.reduce.dim, src->rank,
                    buffer_name(src));
         break;
     }
     case STMT_ATOMIC: {
         const Buffer *b = s->u.atomic.buffer;
         const Expr *value = s->u.atomic.value;
-        check_expr(v, value);
+        verify_expr(v, value);
         int lanes = value ? value->lanes : 1;
         check_access(v, b, s->u.atomic.indices, lanes, NULL, 0, loc);
         if ((unsigned)s->u.atomic.op >= ATOMIC_COUNT)
-            report(v, loc, "unknown atomic op %d", (int)s->u.atomic.op);
+            verify_report(v, loc, "unknown atomic op %d", (int)s->u.atomic.op);
         if (b && b->scope != SCOPE_GLOBAL && b->scope != SCOPE_SHARED)
-            report(v, loc, "atomic on the %s buffer @%s", ir_scope_name(b->scope),
+            verify_report(v, loc, "atomic on the %s buffer @%s", ir_scope_name(b->scope),
                    buffer_name(b));
         if (b && value && value->dtype != b->dtype)
-            report(v, loc, "atomic on @%s: value has dtype %s, the buffer %s", buffer_name(b),
+            verify_report(v, loc, "atomic on @%s: value has dtype %s, the buffer %s", buffer_name(b),
                    dname(value->dtype), dname(b->dtype));
         break;
     }
     case STMT_EVAL:
-        check_expr(v, s->u.eval.value);
+        verify_expr(v, s->u.eval.value);
         break;
     case STMT_ASSERT:
-        check_scalar(v, s->u.assert_.cond, DT_BOOL, "assert condition");
+        verify_scalar(v, s->u.assert_.cond, DT_BOOL, "assert condition");
+        break;
+    case STMT_GEMM:
+    case STMT_MBARRIER:
+    case STMT_TMA:
+    case STMT_WGMMA:
+    case STMT_FENCE:
+        verify_hopper_stmt(v, s);
         break;
     default:
         break;
@@ -780,9 +787,9 @@ static void declare(Verifier *v, Var *var, VarKind kind, const char *what)
     if (!var_known(v, var, v->k->loc))
         return;
     if (var->kind != kind)
-        report(v, v->k->loc, "%s %%%s has kind %d", what, var_name(var), (int)var->kind);
+        verify_report(v, v->k->loc, "%s %%%s has kind %d", what, var_name(var), (int)var->kind);
     if (v->bound[var->id])
-        report(v, v->k->loc, "%%%s is declared twice", var_name(var));
+        verify_report(v, v->k->loc, "%%%s is declared twice", var_name(var));
     v->bound[var->id] = v->in_scope[var->id] = true;
     v->lanes[var->id] = 1;
 }
@@ -796,7 +803,7 @@ static void check_params(Verifier *v)
     for (int i = 0; i < k->nsymbols; i++) {
         declare(v, k->symbols[i], VAR_SYMBOL, "symbol");
         if (k->symbols[i] && k->symbols[i]->dtype != DT_I32)
-            report(v, loc, "symbol %%%s has dtype %s, not i32", var_name(k->symbols[i]),
+            verify_report(v, loc, "symbol %%%s has dtype %s, not i32", var_name(k->symbols[i]),
                    dname(k->symbols[i]->dtype));
     }
     for (int i = 0; i < k->nparams; i++) {
@@ -805,13 +812,13 @@ static void check_params(Verifier *v)
             continue;
         for (int d = 0; d < b->rank; d++) {
             if (!b->shape[d])
-                report(v, b->loc, "parameter @%s: dimension %d is missing", buffer_name(b), d);
+                verify_report(v, b->loc, "parameter @%s: dimension %d is missing", buffer_name(b), d);
             else
-                check_scalar(v, b->shape[d], DT_I32, "tensor dimension");
+                verify_scalar(v, b->shape[d], DT_I32, "tensor dimension");
             if (!b->strides[d])
-                report(v, b->loc, "parameter @%s: stride %d is missing", buffer_name(b), d);
+                verify_report(v, b->loc, "parameter @%s: stride %d is missing", buffer_name(b), d);
             else
-                check_scalar(v, b->strides[d], DT_I32, "tensor stride");
+                verify_scalar(v, b->strides[d], DT_I32, "tensor stride");
         }
     }
     for (int i = 0; i < k->nparams; i++) {
@@ -822,16 +829,16 @@ static void check_params(Verifier *v)
         }
         Buffer *b = param->buffer;
         if (!b) {
-            report(v, loc, "tensor parameter %d has no buffer", i);
+            verify_report(v, loc, "tensor parameter %d has no buffer", i);
             continue;
         }
         if (b->scope != SCOPE_GLOBAL)
-            report(v, b->loc, "parameter @%s is not global", buffer_name(b));
+            verify_report(v, b->loc, "parameter @%s is not global", buffer_name(b));
         if (b->param_index != i)
-            report(v, b->loc, "parameter @%s has param_index %d, not %d", buffer_name(b),
+            verify_report(v, b->loc, "parameter @%s has param_index %d, not %d", buffer_name(b),
                    b->param_index, i);
         if (b->rank < 0 || b->rank > IR_MAX_RANK)
-            report(v, b->loc, "parameter @%s has rank %d", buffer_name(b), b->rank);
+            verify_report(v, b->loc, "parameter @%s has rank %d", buffer_name(b), b->rank);
         else
             vec_push(k->arena, &v->visible, b);
     }
@@ -850,27 +857,28 @@ bool ir_verify(Kernel *k, Diag *diag, const char *after_pass)
         ice("out of memory verifying %s", k->name);
 
     if (k->threads < 1 || k->threads > 1024)
-        report(v, k->loc, "%d threads per block", k->threads);
+        verify_report(v, k->loc, "%d threads per block", k->threads);
     check_params(v);
+    verify_kernel_hopper(v);
     for (int i = 0; i < k->nconstraints; i++) {
         v->stmt_loc = k->constraints[i].loc;
-        check_scalar(v, k->constraints[i].cond, DT_BOOL, "constraint");
+        verify_scalar(v, k->constraints[i].cond, DT_BOOL, "constraint");
     }
     v->stmt_loc = k->loc;
     for (int i = 0; i < 3; i++)
         if (k->grid[i])
-            check_scalar(v, k->grid[i], DT_VOID, "grid dimension");
+            verify_scalar(v, k->grid[i], DT_VOID, "grid dimension");
     for (int i = 0; i < 3; i++) {
         Var *block = k->block_vars[i];
         if (!block)
             continue;
         declare(v, block, VAR_BLOCK, "block variable");
         if (var_known(v, block, k->loc) && block->block_dim != i)
-            report(v, k->loc, "block variable %%%s has block_dim %d, not %d", var_name(block),
+            verify_report(v, k->loc, "block variable %%%s has block_dim %d, not %d", var_name(block),
                    block->block_dim, i);
     }
     if (!k->body)
-        report(v, k->loc, "kernel has no body");
+        verify_report(v, k->loc, "kernel has no body");
     else
         check_stmt(v, k->body);
 

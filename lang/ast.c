@@ -62,7 +62,8 @@ static bool replaceable(AstKind kind) {
     switch (kind) {
     case AST_BLOCK: case AST_ALLOC: case AST_LET: case AST_VAR:
     case AST_ASSIGN: case AST_PARALLEL: case AST_FOR: case AST_IF:
-    case AST_COPY: case AST_FILL: case AST_REDUCE: case AST_ATOMIC:
+    case AST_COPY: case AST_GEMM: case AST_FILL: case AST_REDUCE:
+    case AST_ATOMIC:
     case AST_ASSERT: case AST_INDEX: case AST_CALL: case AST_BITCAST:
     case AST_UNARY: case AST_BINARY: case AST_TERNARY:
         return true;
@@ -202,7 +203,8 @@ AstNode *ast_targ(ParseCtx *ctx, int kind, const char *name, int64_t value,
 
 AstNode *ast_launch(ParseCtx *ctx, PtrVec *block_vars, const char *grid,
                     PtrVec *grid_exprs, const char *threads,
-                    AstNode *thread_count, AstNode *body, AstSpan span) {
+                    AstNode *thread_count, AstNode *hints, AstNode *body,
+                    AstSpan span) {
     AstNode *node = ast_node(ctx, AST_LAUNCH, span);
     node->list = block_vars;
     node->text = grid;
@@ -210,6 +212,15 @@ AstNode *ast_launch(ParseCtx *ctx, PtrVec *block_vars, const char *grid,
     node->list2 = grid_exprs;
     node->a = thread_count;
     node->b = body;
+    node->c = hints;
+    return finish(ctx, node, span);
+}
+
+AstNode *ast_hints(ParseCtx *ctx, const char *with, PtrVec *options,
+                   AstSpan span) {
+    AstNode *node = ast_node(ctx, AST_HINTS, span);
+    node->name = with;
+    node->list = options;
     return finish(ctx, node, span);
 }
 
@@ -272,11 +283,13 @@ AstNode *ast_axis(ParseCtx *ctx, const char *name, AstNode *extent,
 }
 
 AstNode *ast_for(ParseCtx *ctx, const char *name, const char *kind,
-                 PtrVec *bounds, AstNode *body, AstSpan span) {
+                 PtrVec *bounds, PtrVec *options, AstNode *body,
+                 AstSpan span) {
     AstNode *node = ast_node(ctx, AST_FOR, span);
     node->name = name;
     node->text = kind;
     node->list = bounds;
+    node->list2 = options;
     node->a = body;
     return finish(ctx, node, span);
 }
@@ -290,10 +303,22 @@ AstNode *ast_if(ParseCtx *ctx, AstNode *cond, AstNode *then_body,
     return finish(ctx, node, span);
 }
 
-AstNode *ast_copy(ParseCtx *ctx, AstNode *src, AstNode *dst, AstSpan span) {
+AstNode *ast_copy(ParseCtx *ctx, AstNode *src, AstNode *dst,
+                  PtrVec *options, AstSpan span) {
     AstNode *node = ast_node(ctx, AST_COPY, span);
     node->a = src;
     node->b = dst;
+    node->list = options;
+    return finish(ctx, node, span);
+}
+
+AstNode *ast_gemm(ParseCtx *ctx, AstNode *a, AstNode *b, AstNode *c,
+                  PtrVec *options, AstSpan span) {
+    AstNode *node = ast_node(ctx, AST_GEMM, span);
+    node->a = a;
+    node->b = b;
+    node->c = c;
+    node->list = options;
     return finish(ctx, node, span);
 }
 
@@ -541,6 +566,14 @@ static void indent(FILE *out, int level) {
 
 static void dump_stmt(FILE *out, const AstNode *s, int level);
 
+/* ", name=value" for each NAMED option of a statement. */
+static void dump_options(FILE *out, const PtrVec *options) {
+    for (int i = 0; i < ast_count(options); i++) {
+        fputs(", ", out);
+        ast_dump_expr(out, ast_at(options, i));
+    }
+}
+
 static void dump_body(FILE *out, const AstNode *block, int level) {
     fputs(" {\n", out);
     if (block)
@@ -562,6 +595,11 @@ static void dump_stmt(FILE *out, const AstNode *s, int level) {
         fprintf(out, ") %s(", s->name2);
         ast_dump_expr(out, s->a);
         fputc(')', out);
+        if (s->c) {
+            fprintf(out, " %s(", s->c->name);
+            dump_list(out, s->c->list);
+            fputc(')', out);
+        }
         dump_body(out, s->b, level);
         break;
     case AST_BLOCK:
@@ -606,6 +644,7 @@ static void dump_stmt(FILE *out, const AstNode *s, int level) {
     case AST_FOR:
         fprintf(out, "for %s in %s(", s->name, s->text);
         dump_list(out, s->list);
+        dump_options(out, s->list2);
         fputc(')', out);
         dump_body(out, s->a, level);
         break;
@@ -629,6 +668,17 @@ static void dump_stmt(FILE *out, const AstNode *s, int level) {
         ast_dump_expr(out, s->a);
         fputs(", ", out);
         ast_dump_expr(out, s->b);
+        dump_options(out, s->list);
+        fputs(")\n", out);
+        break;
+    case AST_GEMM:
+        fputs("gemm(", out);
+        ast_dump_expr(out, s->a);
+        fputs(", ", out);
+        ast_dump_expr(out, s->b);
+        fputs(", ", out);
+        ast_dump_expr(out, s->c);
+        dump_options(out, s->list);
         fputs(")\n", out);
         break;
     case AST_FILL:
@@ -640,10 +690,7 @@ static void dump_stmt(FILE *out, const AstNode *s, int level) {
         break;
     case AST_REDUCE:
         fprintf(out, "reduce(%s, %s, %s", s->text, s->name, s->name2);
-        for (int i = 0; i < ast_count(s->list); i++) {
-            fputs(", ", out);
-            ast_dump_expr(out, ast_at(s->list, i));
-        }
+        dump_options(out, s->list);
         fputs(")\n", out);
         break;
     case AST_ATOMIC:

@@ -44,7 +44,10 @@
     /* ---- statements ---- */                                                \
     X(LAUNCH, "launch")       /* list: block var names (IDENT nodes),      */ \
                               /* text: "grid" keyword as written,          */ \
-                              /* list2: grid, a: threads, b: body          */ \
+                              /* list2: grid, a: threads, b: body,         */ \
+                              /* c: HINTS or NULL                          */ \
+    X(HINTS, "hints")         /* name: "with" keyword as written, list:    */ \
+                              /* NAMED kernel hints (tma=, warp_special..) */ \
     X(BLOCK, "block")         /* list: statements                          */ \
     X(ALLOC, "alloc")         /* op: SCOPE_SHARED/FRAGMENT/LOCAL, name,    */ \
                               /* type, list: shape                         */ \
@@ -54,14 +57,20 @@
                               /* b: value                                  */ \
     X(PARALLEL, "parallel")   /* list: AXIS nodes, a: body                 */ \
     X(AXIS, "axis")           /* name, a: extent                           */ \
-    X(FOR, "for")             /* name, text: serial/unroll, list: bounds,  */ \
-                              /* a: body                                   */ \
+    X(FOR, "for")             /* name, text: serial/unroll/pipelined,      */ \
+                              /* list: bounds, list2: NAMED options        */ \
+                              /* (stages=) or NULL, a: body                */ \
     X(IF, "if")               /* a: cond, b: then block, c: else or NULL   */ \
-    X(COPY, "copy")           /* a: src region, b: dst region              */ \
+    X(COPY, "copy")           /* a: src region, b: dst region, list:       */ \
+                              /* NAMED options (tma=) or NULL              */ \
+    X(GEMM, "gemm")           /* a, b, c: regions A, B, C; list: NAMED     */ \
+                              /* options (transpose_a=, transpose_b=,      */ \
+                              /* clear=) or NULL                           */ \
     X(FILL, "fill")           /* a: region, b: value                       */ \
     X(REDUCE, "reduce")       /* text: op name, name: src, name2: dst,     */ \
                               /* list: NAMED args (dim=, clear=)           */ \
-    X(NAMED, "named")         /* name = a (a reduce option)                */ \
+    X(NAMED, "named")         /* name = a (an option of reduce, copy,      */ \
+                              /* gemm, a loop or the launch hints)         */ \
     X(ATOMIC, "atomic")       /* op: ATOMIC_*, a: INDEX target, b: value   */ \
     X(SYNC, "sync")           /* flag: warp only                           */ \
     X(RETURN, "return")       /* (no fields)                               */ \
@@ -172,7 +181,10 @@ AstNode *ast_targ(ParseCtx *ctx, int kind, const char *name, int64_t value,
                   AstSpan span);
 AstNode *ast_launch(ParseCtx *ctx, PtrVec *block_vars, const char *grid,
                     PtrVec *grid_exprs, const char *threads,
-                    AstNode *thread_count, AstNode *body, AstSpan span);
+                    AstNode *thread_count, AstNode *hints, AstNode *body,
+                    AstSpan span);
+AstNode *ast_hints(ParseCtx *ctx, const char *with, PtrVec *options,
+                   AstSpan span);
 AstNode *ast_block(ParseCtx *ctx, PtrVec *stmts, AstSpan span);
 AstNode *ast_alloc(ParseCtx *ctx, Scope scope, const char *name,
                    AstNode *type, PtrVec *shape, AstSpan span);
@@ -187,10 +199,14 @@ AstNode *ast_parallel(ParseCtx *ctx, PtrVec *axes, AstNode *body,
 AstNode *ast_axis(ParseCtx *ctx, const char *name, AstNode *extent,
                   AstSpan span);
 AstNode *ast_for(ParseCtx *ctx, const char *name, const char *kind,
-                 PtrVec *bounds, AstNode *body, AstSpan span);
+                 PtrVec *bounds, PtrVec *options, AstNode *body,
+                 AstSpan span);
 AstNode *ast_if(ParseCtx *ctx, AstNode *cond, AstNode *then_body,
                 AstNode *else_body, AstSpan span);
-AstNode *ast_copy(ParseCtx *ctx, AstNode *src, AstNode *dst, AstSpan span);
+AstNode *ast_copy(ParseCtx *ctx, AstNode *src, AstNode *dst,
+                  PtrVec *options, AstSpan span);
+AstNode *ast_gemm(ParseCtx *ctx, AstNode *a, AstNode *b, AstNode *c,
+                  PtrVec *options, AstSpan span);
 AstNode *ast_fill(ParseCtx *ctx, AstNode *dst, AstNode *value, AstSpan span);
 AstNode *ast_reduce(ParseCtx *ctx, const char *op, const char *src,
                     const char *dst, PtrVec *options, AstSpan span);

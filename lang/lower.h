@@ -10,6 +10,8 @@
  *                expressions (Value)
  *   lower_call.c conversions, bitcasts, builtins and fn inlining
  *   lower_ast.c  one kernel instance -> one IR Kernel (statements)
+ *   lower_hopper.c the Hopper statements and options: gemm, pipelined
+ *                loops, tma / warp_specialize hints
  *
  * Nothing here is global: a Program holds all state of one compilation.
  */
@@ -108,6 +110,7 @@ typedef struct Lower {
     int inline_depth;
     int parallel_depth;
     bool in_kernel_lets;    /* only constants may be defined */
+    int pipe_count;         /* PIPELINED loops so far: the next pipe_id */
 } Lower;
 
 /* ---- frontend.c ------------------------------------------------------- */
@@ -206,5 +209,25 @@ Value lower_fn_body(Lower *lower, Decl *fn);
 /* ---- lower_ast.c ------------------------------------------------------ */
 /* Instantiates every instance of a kernel declaration into the module. */
 void lower_kernel(Program *program, Decl *decl);
+/* A region node (IDENT or IDENT[slices]) of a tile statement, and its
+ * shape: the extents that are not single indices (0) or singletons (1).
+ * Fewer slices than dimensions give the leading ones; the rest are whole
+ * (sa[s] of sa[S, M, K] is the [M, K] stage s). */
+bool lower_region(Lower *lower, const AstNode *node, Region *region,
+                  int64_t *shape, int *shape_rank);
+/* "tensor", "shared buffer", "fragment", "local buffer". */
+const char *lower_scope_text(Scope scope);
+
+/* ---- lower_hopper.c --------------------------------------------------- */
+/* The NAMED option `name` of an option list, or NULL. */
+const AstNode *lower_option(const PtrVec *options, const char *name);
+/* The value of a hint option: a compile-time integer 0 (auto), 1 (off)
+ * or 2 (on), or one of the words auto / off / on. */
+bool lower_hint(Lower *lower, const AstNode *option, Hint *out);
+/* Kernel.hint_tma / hint_warp_specialize from the launch's `with`. */
+void lower_launch_hints(Lower *lower, const AstNode *hints);
+/* The stages, role and pipe_id of a PIPELINED loop from its options. */
+bool lower_pipelined(Lower *lower, const AstNode *node, Stmt *loop);
+void lower_gemm(Lower *lower, Stmt *seq, const AstNode *node);
 
 #endif

@@ -46,7 +46,7 @@ static void mark_written(Buffer *buffer) {
     if (buffer->scope == SCOPE_GLOBAL) buffer->read_only = false;
 }
 
-static const char *scope_text(Scope scope) {
+const char *lower_scope_text(Scope scope) {
     switch (scope) {
     case SCOPE_GLOBAL: return "tensor";
     case SCOPE_SHARED: return "shared buffer";
@@ -130,7 +130,7 @@ static void lower_alloc(Lower *lower, Stmt *seq, const AstNode *node) {
     if (scope != SCOPE_LOCAL && lower->parallel_depth > 0) {
         lower_error(lower, node->loc, "a %s cannot be declared inside "
                     "parallel; declare it before the parallel loop",
-                    scope_text(scope));
+                    lower_scope_text(scope));
         return;
     }
     DType dtype;
@@ -295,9 +295,10 @@ static void lower_for(Lower *lower, Stmt *seq, const AstNode *node) {
     LoopKind kind;
     if (strcmp(node->text, "serial") == 0) kind = LOOP_SERIAL;
     else if (strcmp(node->text, "unroll") == 0) kind = LOOP_UNROLL;
+    else if (strcmp(node->text, "pipelined") == 0) kind = LOOP_PIPELINED;
     else {
-        lower_error(lower, node->loc, "unknown loop kind '%s'; expected serial "
-                    "or unroll", node->text);
+        lower_error(lower, node->loc, "unknown loop kind '%s'; expected "
+                    "serial, unroll or pipelined", node->text);
         return;
     }
     int nbounds = ast_count(node->list);
@@ -331,6 +332,7 @@ static void lower_for(Lower *lower, Stmt *seq, const AstNode *node) {
             ok = false;
         }
     }
+    if (kind == LOOP_PIPELINED && !lower_pipelined(lower, node, s)) ok = false;
     lower_push_scope(lower);
     Var *var = ir_new_var(lower->kernel, node->name, DT_I32, VAR_LOOP);
     s->u.loop.var = var;
@@ -376,10 +378,8 @@ static void lower_if(Lower *lower, Stmt *seq, const AstNode *node) {
     ir_seq_append(lower->kernel, seq, s);
 }
 
-/* A region and its shape: the extents that are not single indices (0) or
- * singletons (1), in order. */
-static bool lower_region(Lower *lower, const AstNode *node, Region *region,
-                         int64_t *shape, int *shape_rank) {
+bool lower_region(Lower *lower, const AstNode *node, Region *region,
+                  int64_t *shape, int *shape_rank) {
     Buffer *buffer = find_buffer(lower, node->name, node->loc);
     if (!buffer) return false;
     memset(region, 0, sizeof *region);
@@ -399,7 +399,7 @@ static bool lower_region(Lower *lower, const AstNode *node, Region *region,
         }
     } else {
         int count = ast_count(node->list);
-        if (count != buffer->rank) {
+        if (count > buffer->rank) {
             lower_error(lower, node->loc, "buffer '%s' has rank %d but the "
                         "region has %d slice%s", node->name, buffer->rank, count,
                         count == 1 ? "" : "s");
@@ -412,6 +412,16 @@ static bool lower_region(Lower *lower, const AstNode *node, Region *region,
             if (slice->b && !positive_const(lower, slice->b, "a slice extent",
                                             &region->extent[i]))
                 ok = false;
+        }
+        for (int i = count; i < buffer->rank; i++) {
+            if (buffer->shape[i]->kind != EXPR_INT) {
+                lower_error(lower, node->loc, "tensor '%s' has a run-time "
+                            "shape; give every dimension of its region as a "
+                            "slice", node->name);
+                return false;
+            }
+            region->start[i] = lower_at(ir_int(k, DT_I32, 0), node->loc);
+            region->extent[i] = buffer->shape[i]->u.int_value;
         }
     }
     *shape_rank = 0;
@@ -445,6 +455,9 @@ static void lower_copy(Lower *lower, Stmt *seq, const AstNode *node) {
     int src_rank = 0, dst_rank = 0;
     bool ok = lower_region(lower, node->a, &src, src_shape, &src_rank);
     if (!lower_region(lower, node->b, &dst, dst_shape, &dst_rank)) ok = false;
+    Hint tma = HINT_AUTO;
+    const AstNode *hint = lower_option(node->list, "tma");
+    if (hint && !lower_hint(lower, hint, &tma)) ok = false;
     if (!ok) return;
     if (!per_thread_region(lower, &src, node->a->loc, "copy") ||
         !per_thread_region(lower, &dst, node->b->loc, "copy"))
@@ -461,6 +474,8 @@ static void lower_copy(Lower *lower, Stmt *seq, const AstNode *node) {
     Stmt *s = new_stmt(lower, STMT_COPY, node->loc);
     s->u.copy.src = src;
     s->u.copy.dst = dst;
+    s->u.copy.tma = tma;
+    s->u.copy.tensor_map = -1;
     ir_seq_append(lower->kernel, seq, s);
 }
 
@@ -469,7 +484,8 @@ static void lower_fill(Lower *lower, Stmt *seq, const AstNode *node) {
     int64_t shape[IR_MAX_RANK];
     int rank;
     Value value = lower_expr(lower, node->b);
-    if (!lower_region(lower, node->a, &dst, shape, &rank) || !value.expr) return;
+    if (!lower_region(lower, node->a, &dst, shape, &rank) || !value.expr)
+        return;
     if (!per_thread_region(lower, &dst, node->a->loc, "fill")) return;
     DType dtype = dst.buffer->dtype;
     value = lower_adapt(lower, value, dtype, node->b->loc);
@@ -497,7 +513,7 @@ static Buffer *fragment(Lower *lower, const char *name, Loc loc) {
     Buffer *buffer = find_buffer(lower, name, loc);
     if (buffer && buffer->scope != SCOPE_FRAGMENT) {
         lower_error(lower, loc, "reduce works on fragments; '%s' is a %s", name,
-                    scope_text(buffer->scope));
+                    lower_scope_text(buffer->scope));
         return NULL;
     }
     return buffer;
@@ -587,7 +603,7 @@ static void lower_atomic(Lower *lower, Stmt *seq, const AstNode *node) {
     if (buffer->scope != SCOPE_GLOBAL && buffer->scope != SCOPE_SHARED) {
         lower_error(lower, target->loc, "atomics work on tensors and shared "
                     "buffers; '%s' is a %s", target->name,
-                    scope_text(buffer->scope));
+                    lower_scope_text(buffer->scope));
         return;
     }
     Expr *index[IR_MAX_RANK];
@@ -618,6 +634,7 @@ static void lower_stmt(Lower *lower, Stmt *seq, const AstNode *node) {
     case AST_FOR: lower_for(lower, seq, node); break;
     case AST_IF: lower_if(lower, seq, node); break;
     case AST_COPY: lower_copy(lower, seq, node); break;
+    case AST_GEMM: lower_gemm(lower, seq, node); break;
     case AST_FILL: lower_fill(lower, seq, node); break;
     case AST_REDUCE: lower_reduce(lower, seq, node); break;
     case AST_ATOMIC: lower_atomic(lower, seq, node); break;
@@ -788,7 +805,9 @@ static void lower_launch(Lower *lower, const AstNode *launch) {
                         "%d threads a block may have", (long long)threads,
                         LOWER_MAX_THREADS);
         k->threads = (int)(threads > LOWER_MAX_THREADS ? 1 : threads);
+        k->compute_threads = k->threads;
     }
+    lower_launch_hints(lower, launch->c);
     lower_push_scope(lower);
     for (int i = 0; i < nvars; i++) {
         const AstNode *name = ast_at(launch->list, i);

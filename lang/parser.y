@@ -73,7 +73,7 @@ static void tk_yyerror(AstSpan *span, void *scanner, ParseCtx *ctx,
 %token TENSOR "tensor" STRIDES "strides"
 %token SHARED "shared" FRAG "frag" LOCAL "local" LET "let" VAR "var"
 %token PARALLEL "parallel" FOR "for" IF "if" ELSE "else"
-%token COPY "copy" FILL "fill" REDUCE "reduce"
+%token COPY "copy" FILL "fill" REDUCE "reduce" GEMM "gemm"
 %token ATOMIC_ADD "atomic_add" ATOMIC_MAX "atomic_max" ATOMIC_MIN "atomic_min"
 %token SYNC_THREADS "sync_threads" SYNC_WARP "sync_warp"
 %token RETURN "return" ASSERT "assert" TRUE "true" FALSE "false"
@@ -85,7 +85,7 @@ static void tk_yyerror(AstSpan *span, void *scanner, ParseCtx *ctx,
 
 %type <node> decl import const fn kernel tparam param where instance targ
 %type <node> type fn_param fn_let kitem launch block stmt if_stmt
-%type <node> region slice option expr lvalue atomic_target
+%type <node> region slice option expr lvalue atomic_target launch_hints
 %type <list> decls tparams_opt tparams params params_opt strides_opt exprs
 %type <list> exprs_opt wheres_opt wheres instances_opt instances targs
 %type <list> fn_params_opt fn_params fn_lets kitems names stmts axes slices
@@ -274,10 +274,17 @@ kitem:
   ;
 
 /* launch := 'launch' '(' names ')' 'in' 'grid' '(' exprs ')'
- *           'threads' '(' expr ')' block */
+ *           'threads' '(' expr ')' ['with' '(' options ')'] block */
 launch:
-    LAUNCH '(' names ')' IN IDENT '(' exprs ')' IDENT '(' expr ')' block
-                                { $$ = ast_launch(ctx, $3, $6, $8, $10, $12, $14, @1); }
+    LAUNCH '(' names ')' IN IDENT '(' exprs ')' IDENT '(' expr ')'
+        launch_hints block
+                                { $$ = ast_launch(ctx, $3, $6, $8, $10, $12, $14, $15, @1); }
+  ;
+
+/* The kernel hints: 'with' is checked by sema, like 'grid' and 'threads'. */
+launch_hints:
+    %empty                      { $$ = NULL; }
+  | IDENT '(' options ')'       { $$ = ast_hints(ctx, $1, $3, @1); }
   ;
 
 names:
@@ -309,10 +316,18 @@ stmt:
   | lvalue assign_op expr ';'   { $$ = ast_assign(ctx, $2, $1, $3, @2); }
   | PARALLEL '(' axes ')' block { $$ = ast_parallel(ctx, $3, $5, @1); }
   | FOR IDENT IN IDENT '(' exprs ')' block
-                                { $$ = ast_for(ctx, $2, $4, $6, $8, @1); }
+                                { $$ = ast_for(ctx, $2, $4, $6, NULL, $8, @1); }
+  | FOR IDENT IN IDENT '(' exprs ',' options ')' block
+                                { $$ = ast_for(ctx, $2, $4, $6, $8, $10, @1); }
   | if_stmt
   | COPY '(' region ',' region ')' ';'
-                                { $$ = ast_copy(ctx, $3, $5, @1); }
+                                { $$ = ast_copy(ctx, $3, $5, NULL, @1); }
+  | COPY '(' region ',' region ',' options ')' ';'
+                                { $$ = ast_copy(ctx, $3, $5, $7, @1); }
+  | GEMM '(' region ',' region ',' region ')' ';'
+                                { $$ = ast_gemm(ctx, $3, $5, $7, NULL, @1); }
+  | GEMM '(' region ',' region ',' region ',' options ')' ';'
+                                { $$ = ast_gemm(ctx, $3, $5, $7, $9, @1); }
   | FILL '(' region ',' expr ')' ';'
                                 { $$ = ast_fill(ctx, $3, $5, @1); }
   | REDUCE '(' IDENT ',' IDENT ',' IDENT ',' options ')' ';'

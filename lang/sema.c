@@ -8,6 +8,12 @@
  * call graph (fns are inlined, so recursion cannot be compiled), evaluates
  * every constant and type-checks every fn body once on its own.
  *
+ * The statements of a launch body are walked once for what is plain
+ * syntax: the options each statement takes (gemm's transposes, a copy's
+ * tma hint, pipelined's stages, the launch's `with` hints), and the
+ * tile statements that only exist at block level (gemm, pipelined loops)
+ * not appearing inside parallel (nor a pipelined loop in another).
+ *
  * Everything that depends on template arguments (types of expressions,
  * constant shapes, ...) is checked per instance by lower_ast.c.  A
  * declaration found bad here is marked and not lowered, which keeps one
@@ -154,6 +160,155 @@ static bool check_instances(Program *program, const AstNode *kernel) {
     return true;
 }
 
+/* ---- statement options and placement ---------------------------------- */
+
+/* Each option of `options` is one of `allowed` (a NULL-terminated list)
+ * and appears once.  `what` names the statement for the message. */
+static bool check_options(Program *program, const PtrVec *options,
+                          const char *const *allowed, const char *what) {
+    bool ok = true;
+    for (int i = 0; i < ast_count(options); i++) {
+        const AstNode *option = ast_at(options, i);
+        bool known = false;
+        for (int j = 0; allowed[j]; j++)
+            if (strcmp(allowed[j], option->name) == 0) known = true;
+        if (!known) {
+            char expected[256] = "";
+            for (int j = 0; allowed[j]; j++)
+                snprintf(expected + strlen(expected),
+                         sizeof expected - strlen(expected), "%s%s=",
+                         j == 0 ? "" : allowed[j + 1] ? ", " : " or ",
+                         allowed[j]);
+            diag_error(program->diag, option->loc, "unknown option '%s' of "
+                       "%s; expected %s", option->name, what, expected);
+            ok = false;
+            continue;
+        }
+        for (int j = 0; j < i; j++) {
+            if (strcmp(ast_at(options, j)->name, option->name) == 0) {
+                diag_error(program->diag, option->loc, "option '%s' of %s is "
+                           "given twice", option->name, what);
+                ok = false;
+                break;
+            }
+        }
+    }
+    return ok;
+}
+
+static bool has_option(const PtrVec *options, const char *name) {
+    for (int i = 0; i < ast_count(options); i++)
+        if (strcmp(ast_at(options, i)->name, name) == 0) return true;
+    return false;
+}
+
+static bool check_loop(Program *program, const AstNode *node,
+                       int parallel_depth, int pipelined_depth) {
+    static const char *const stages[] = {"stages", NULL};
+    if (strcmp(node->text, "pipelined") != 0) {
+        if (!node->list2) return true;
+        diag_error(program->diag, ast_at(node->list2, 0)->loc, "%s loops "
+                   "take no options; only pipelined takes stages=",
+                   node->text);
+        return false;
+    }
+    bool ok = check_options(program, node->list2, stages, "pipelined");
+    if (ast_count(node->list) != 2) {
+        diag_error(program->diag, node->loc, "pipelined takes (begin, end, "
+                   "stages = S), got %d bound%s", ast_count(node->list),
+                   ast_count(node->list) == 1 ? "" : "s");
+        ok = false;
+    }
+    if (!has_option(node->list2, "stages")) {
+        diag_error(program->diag, node->loc, "pipelined needs the depth of "
+                   "its pipeline: pipelined(begin, end, stages = S)");
+        ok = false;
+    }
+    if (parallel_depth > 0) {
+        diag_error(program->diag, node->loc, "a pipelined loop runs at block "
+                   "level and cannot be inside parallel");
+        ok = false;
+    } else if (pipelined_depth > 0) {
+        diag_error(program->diag, node->loc, "pipelined loops cannot be "
+                   "nested");
+        ok = false;
+    }
+    return ok;
+}
+
+static bool check_gemm(Program *program, const AstNode *node,
+                       int parallel_depth) {
+    static const char *const options[] = {"transpose_a", "transpose_b",
+                                          "clear", NULL};
+    bool ok = check_options(program, node->list, options, "gemm");
+    if (node->c->list) {
+        diag_error(program->diag, node->c->loc, "the gemm accumulator must "
+                   "be a whole fragment; write '%s' without slices",
+                   node->c->name);
+        ok = false;
+    }
+    if (parallel_depth > 0) {
+        diag_error(program->diag, node->loc, "gemm is a block-level tile "
+                   "statement and cannot be inside parallel");
+        ok = false;
+    }
+    return ok;
+}
+
+/* Walks a statement and what it contains. */
+static bool check_stmts(Program *program, const AstNode *node,
+                        int parallel_depth, int pipelined_depth) {
+    static const char *const copy_options[] = {"tma", NULL};
+    if (!node) return true;
+    bool ok = true;
+    switch (node->kind) {
+    case AST_BLOCK:
+        for (int i = 0; i < ast_count(node->list); i++)
+            if (!check_stmts(program, ast_at(node->list, i), parallel_depth,
+                             pipelined_depth))
+                ok = false;
+        return ok;
+    case AST_PARALLEL:
+        return check_stmts(program, node->a, parallel_depth + 1,
+                           pipelined_depth);
+    case AST_FOR: {
+        ok = check_loop(program, node, parallel_depth, pipelined_depth);
+        bool pipelined = strcmp(node->text, "pipelined") == 0;
+        if (!check_stmts(program, node->a, parallel_depth,
+                         pipelined_depth + pipelined))
+            ok = false;
+        return ok;
+    }
+    case AST_IF:
+        ok = check_stmts(program, node->b, parallel_depth, pipelined_depth);
+        if (!check_stmts(program, node->c, parallel_depth, pipelined_depth))
+            ok = false;
+        return ok;
+    case AST_COPY:
+        return check_options(program, node->list, copy_options, "copy");
+    case AST_GEMM:
+        return check_gemm(program, node, parallel_depth);
+    default:
+        return true;
+    }
+}
+
+/* The launch's `with` hints and its body's statements. */
+static bool check_launch(Program *program, const AstNode *launch) {
+    static const char *const hints[] = {"tma", "warp_specialize", NULL};
+    bool ok = true;
+    const AstNode *with = launch->c;
+    if (with && strcmp(with->name, "with") != 0) {
+        diag_error(program->diag, with->loc, "expected 'with' or the launch "
+                   "body after threads(...), found '%s'", with->name);
+        ok = false;
+    }
+    if (with && !check_options(program, with->list, hints, "the launch"))
+        ok = false;
+    if (!check_stmts(program, launch->b, 0, 0)) ok = false;
+    return ok;
+}
+
 /* Kernel body: compile-time lets, then exactly one launch, last. */
 static bool check_body(Program *program, const AstNode *kernel) {
     const AstNode *launch = NULL;
@@ -185,6 +340,7 @@ static bool check_body(Program *program, const AstNode *kernel) {
                    launch->name2);
         ok = false;
     }
+    if (!check_launch(program, launch)) ok = false;
     return ok;
 }
 

@@ -172,6 +172,7 @@ Test(lang, ir_goldens) {
 
 static const char *const library[] = {
     "kernels.tk", "kernels/cast.tk", "kernels/transpose.tk", "stdlib/quant.tk",
+    "kernels/gemm.tk",
 };
 
 static Module *compile_file(Arena *arena, const char *relative, Diag *diag) {

@@ -772,3 +772,87 @@ Test(lowered, vec_limited_by_extent) /* e4m3 allows 16, the f32 store 4 */
     int64_t e[] = {7, 24, 8};
     run_lowered(e, 3, 96, "e4m3", "max", 4);
 }
+
+/* ===================================================================== */
+/* lower_tma --explain-tma                                                */
+/* ===================================================================== */
+
+/* Runs lower_tma with pass_explain_tma over the input part of a golden and
+ * returns the notes (malloc'd). */
+static char *explain_tma(const char *case_file)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/lower_tma/%s", GOLDEN_DIR, case_file);
+    char *text = read_file(path);
+    cr_assert(text, "cannot read %s", path);
+    char *after;
+    char *marker = find_marker(text, EXPECTED_MARKER, &after);
+    if (marker)
+        *marker = 0;
+    char *notes = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&notes, &size);
+    Diag diag;
+    diag_init(&diag, out);
+    diag_add_source(&diag, case_file, text);
+    Arena *arena = arena_new();
+    Module *m = ir_parse(arena, &diag, case_file, text);
+    cr_assert(m, "%s does not parse", case_file);
+    pass_explain_tma = true;
+    for (int i = 0; i < m->nkernels; i++)
+        cr_assert(pass_lower_tma(m->kernels[i], &diag));
+    pass_explain_tma = false;
+    fclose(out);
+    arena_free(arena);
+    free(text);
+    return notes;
+}
+
+/* Every copy gets exactly one note, in program order, with its reason. */
+Test(explain_tma, reasons)
+{
+    char *notes = explain_tma("fallback.ir");
+    static const char *const want[] = {
+        "fallback.ir:21:5: note: copy 'x' -> 't' is not a TMA copy: in auto "
+        "mode only copies in a pipelined loop or into a gemm operand use TMA",
+        "fallback.ir:23:7: note: copy 'z' -> 't' is not a TMA copy: stride 0 "
+        "of 'z' (%s) is not provably a multiple of 16 bytes",
+        "fallback.ir:24:7: note: copy 'x' -> 'big' is not a TMA copy: box "
+        "extent 512 of dimension 0 is over 256",
+        "fallback.ir:25:7: note: copy 'x' -> 'ga' is not a TMA copy: 'ga' is "
+        "a gemm operand, so its rows must be exactly 128 bytes for the "
+        "128-byte swizzle; they are 256",
+        "fallback.ir:26:7: note: copy 'w' -> 'gb' is not a TMA copy: the copy "
+        "converts f32 to bf16",
+        "fallback.ir:27:7: note: copy 'x' -> 't' is not a TMA copy: the "
+        "copy's tma hint is off",
+    };
+    const char *at = notes;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *hit = strstr(at, want[i]);
+        cr_assert(hit, "missing (in order) note:\n%s\nin:\n%s", want[i], notes);
+        at = hit + strlen(want[i]);
+    }
+    int count = 0;
+    for (const char *p = strstr(notes, ": note: "); p; p = strstr(p + 1, ": note: "))
+        count++;
+    cr_assert_eq(count, 6, "%d notes for 6 copies:\n%s", count, notes);
+    free(notes);
+}
+
+Test(explain_tma, tma_copies)
+{
+    char *notes = explain_tma("gemm.ir");
+    cr_assert(strstr(notes, "gemm.ir:22:7: note: copy 'a' -> 'sa' is a TMA load: "
+                            "tensor map 0, box [128, 64], 128-byte swizzle, "
+                            "pipelined"), "%s", notes);
+    cr_assert(strstr(notes, "copy 'b' -> 'sb' is a TMA load: tensor map 1, "
+                            "box [256, 64], 128-byte swizzle, pipelined"), "%s", notes);
+    cr_assert(strstr(notes, "copy 'acc' -> 'd' is not a TMA copy: it is not "
+                            "between global and shared memory"), "%s", notes);
+    free(notes);
+    notes = explain_tma("gemm_tma_off.ir");
+    cr_assert(strstr(notes, "is not a TMA copy: the kernel's tma hint is off"),
+              "%s", notes);
+    free(notes);
+}

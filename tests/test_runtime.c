@@ -865,3 +865,66 @@ Test(threads, concurrent_validation, .init = setup)
                      states[i].failures);
     }
 }
+
+/* ---- TMA descriptors (tensor_map.c) ------------------------------------ */
+
+static tk_status encode(const tk_tensor *t, int64_t box0, int64_t box1, int swizzle,
+                        CUtensorMap *map)
+{
+    const int64_t box[2] = {box0, box1};
+    return tk__tensor_map("gemm", "a", t, 2, box, swizzle, map);
+}
+
+Test(tensor_map, rejects_what_tma_cannot_describe, .init = setup)
+{
+    CUtensorMap map;
+    tk_tensor a = matrix(TK_BF16, 256, 512, 512);
+    EXPECT_INVALID(tk__tensor_map("gemm", "a", &a, 3, (int64_t[]){1, 64, 64}, 128, &map),
+                   "gemm: a: TMA needs rank 1 to 5");
+    tk_tensor t = a;
+    t.dtype = TK_E2M1;
+    EXPECT_INVALID(encode(&t, 64, 64, 128, &map), "gemm: a: TMA cannot copy e2m1");
+    EXPECT_INVALID(encode(&a, 0, 64, 128, &map), "gemm: a: TMA box[0] is 0");
+    EXPECT_INVALID(encode(&a, 257, 64, 128, &map), "box[0] is 257 (1 to 256)");
+    EXPECT_INVALID(encode(&a, 64, 4, 0, &map), "inner extent is 8 bytes, not a multiple of 16");
+    EXPECT_INVALID(encode(&a, 64, 128, 128, &map), "(256 bytes) exceeds the 128-byte swizzle");
+    EXPECT_INVALID(encode(&a, 64, 64, 96, &map), "swizzle of 96 bytes");
+    t = a;
+    t.data = (char *)a.data + 2;
+    EXPECT_INVALID(encode(&t, 64, 64, 128, &map), "is not 16-byte aligned");
+    t = a;
+    t.strides[1] = 2;
+    EXPECT_INVALID(encode(&t, 64, 64, 128, &map), "strides[1] is 2; TMA needs the last");
+    t = matrix(TK_BF16, 256, 500, 500); /* 1000-byte rows */
+    EXPECT_INVALID(encode(&t, 64, 64, 128, &map), "strides[0] is 500 elements");
+    t = a;
+    t.shape[1] = (1ll << 32) + 1;
+    EXPECT_INVALID(encode(&t, 64, 64, 128, &map), "shape[1] is 4294967297");
+    EXPECT_INVALID(encode(NULL, 64, 64, 128, &map), "gemm: a: no tensor");
+}
+
+/* Valid tensors need the driver only to encode: an empty one needs none
+ * (an all-zero map), and a size-1 dimension may have any stride. */
+Test(tensor_map, encodes_valid_tensors, .init = setup)
+{
+    CUtensorMap map, again;
+    tk_tensor empty = matrix(TK_BF16, 0, 512, 512);
+    memset(&map, 0xFF, sizeof map);
+    cr_assert_eq(encode(&empty, 64, 64, 128, &map), TK_SUCCESS, "%s", tk_last_error());
+    for (int i = 0; i < CU_TENSOR_MAP_NUM_QWORDS; i++) cr_assert_eq(map.opaque[i], 0);
+
+    tk_tensor a = matrix(TK_E4M3, 300, 1000, 1008);
+    tk_tensor row = matrix(TK_F32, 1, 64, 3);
+    tk_tensor *valid[2] = {&a, &row};
+    for (int i = 0; i < 2; i++) {
+        tk_status status = encode(valid[i], 1, 32, 128, &map);
+        if (!gpu_present) {
+            cr_assert_eq(status, TK_ERROR_NO_DEVICE, "%s", tk_last_error());
+            continue;
+        }
+        cr_assert_eq(status, TK_SUCCESS, "%s", tk_last_error());
+        /* the second encode comes from the cache, bit for bit */
+        cr_assert_eq(encode(valid[i], 1, 32, 128, &again), TK_SUCCESS);
+        cr_assert_eq(memcmp(&map, &again, sizeof map), 0);
+    }
+}

@@ -6,7 +6,10 @@
  * is a number: the two regions of a copy have one shape, a region or a
  * constant index stays inside a shared, fragment or local buffer, a reduce
  * names a real dimension and a result of the right shape, a fill value
- * converts to the destination, and PARALLEL loops do not nest.  Global
+ * converts to the destination, PARALLEL loops do not nest, a GEMM has
+ * operands of the scopes, dtypes and shapes wgmma can take (docs/hopper.md
+ * section 1) and stays at block level, and a PIPELINED loop has at least
+ * one stage.  Global
  * tensors have run-time shapes; their accesses are masked by
  * lower_tile_ops instead.  A copy between two global tensors at block
  * level is allowed (it becomes an ordinary parallel loop).
@@ -260,6 +263,118 @@ static void check_reduce(CheckCtx *ctx, Stmt *s)
               pass_format_extents(arena, have, dst->rank));
 }
 
+/* ---- gemm ---------------------------------------------------------------- */
+
+static bool is_fp8(DType t)
+{
+    return t == DT_E4M3 || t == DT_E5M2;
+}
+
+/* "sa [128, 64]" or "sb [256, 64] (transposed)": an operand as the
+ * messages show it. */
+static const char *operand_text(Arena *arena, const Region *r,
+                                const int64_t *shape, int rank,
+                                bool transposed)
+{
+    return arena_printf(arena, "'%s' %s%s", r->buffer->name,
+                        pass_format_extents(arena, shape, rank),
+                        transposed ? " (transposed)" : "");
+}
+
+static const char *check_gemm_types(Arena *arena, const Stmt *s)
+{
+    const Region *a = &s->u.gemm.a, *b = &s->u.gemm.b;
+    const Buffer *c = s->u.gemm.c;
+    DType ta = a->buffer->dtype, tb = b->buffer->dtype;
+    if (a->buffer->scope != SCOPE_SHARED && a->buffer->scope != SCOPE_FRAGMENT)
+        return arena_printf(arena, "gemm operand A '%s' is a %s buffer; it "
+                            "must be shared or a fragment", a->buffer->name,
+                            ir_scope_name(a->buffer->scope));
+    if (b->buffer->scope != SCOPE_SHARED)
+        return arena_printf(arena, "gemm operand B '%s' is a %s buffer; it "
+                            "must be shared", b->buffer->name,
+                            ir_scope_name(b->buffer->scope));
+    if (c->scope != SCOPE_FRAGMENT)
+        return arena_printf(arena, "gemm accumulator C '%s' is a %s buffer; "
+                            "it must be a fragment", c->name,
+                            ir_scope_name(c->scope));
+    if (c->dtype != DT_F32)
+        return arena_printf(arena, "gemm accumulator C '%s' is %s; it must "
+                            "be f32", c->name, ir_dtype_name(c->dtype));
+    bool sixteen = (ta == DT_BF16 || ta == DT_F16) && ta == tb;
+    if (!sixteen && !(is_fp8(ta) && is_fp8(tb)))
+        return arena_printf(arena, "gemm of %s '%s' by %s '%s': the operands "
+                            "must be bf16 x bf16, f16 x f16 or fp8 x fp8 "
+                            "(e4m3, e5m2)", ir_dtype_name(ta),
+                            a->buffer->name, ir_dtype_name(tb),
+                            b->buffer->name);
+    if (is_fp8(ta) && (s->u.gemm.transpose_a || !s->u.gemm.transpose_b))
+        return arena_printf(arena, "an fp8 gemm needs transpose_a = false "
+                            "and transpose_b = true (A [M, K] and B [N, K], "
+                            "the K-major form Hopper reads fp8 in)");
+    if (a->buffer->scope == SCOPE_FRAGMENT && s->u.gemm.transpose_a)
+        return arena_printf(arena, "gemm operand A '%s' is a fragment, "
+                            "which cannot be transposed", a->buffer->name);
+    return NULL;
+}
+
+const char *pass_check_gemm(Arena *arena, const Stmt *s)
+{
+    const Region *a = &s->u.gemm.a, *b = &s->u.gemm.b;
+    const Buffer *c = s->u.gemm.c;
+    if (!a->buffer || !b->buffer || !c)
+        return "gemm with a missing operand";
+    const char *problem = check_gemm_types(arena, s);
+    if (problem)
+        return problem;
+    int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK], sc[IR_MAX_RANK];
+    int na = pass_region_shape(a, sa), nb = pass_region_shape(b, sb);
+    const char *roles[2] = {"A", "B"};
+    const Region *regions[2] = {a, b};
+    int ranks[2] = {na, nb};
+    const int64_t *shapes[2] = {sa, sb};
+    for (int i = 0; i < 2; i++)
+        if (ranks[i] != 2)
+            return arena_printf(arena, "gemm operand %s %s is not 2-d; index "
+                                "its leading dimensions, e.g. %s[s]",
+                                roles[i],
+                                operand_text(arena, regions[i], shapes[i],
+                                             ranks[i], false),
+                                regions[i]->buffer->name);
+    if (!pass_buffer_const_shape(c, sc) || c->rank != 2)
+        return arena_printf(arena, "gemm accumulator C '%s' must be a 2-d "
+                            "fragment [M, N]", c->name);
+    bool ta = s->u.gemm.transpose_a, tb = s->u.gemm.transpose_b;
+    int64_t m = ta ? sa[1] : sa[0], ka = ta ? sa[0] : sa[1];
+    int64_t kb = tb ? sb[1] : sb[0], n = tb ? sb[0] : sb[1];
+    if (ka != kb)
+        return arena_printf(arena, "gemm K differs: A %s has K = %lld but B "
+                            "%s has K = %lld",
+                            operand_text(arena, a, sa, 2, ta), (long long)ka,
+                            operand_text(arena, b, sb, 2, tb), (long long)kb);
+    if (m != sc[0] || n != sc[1])
+        return arena_printf(arena, "gemm shapes disagree: A %s and B %s give "
+                            "[M, N] = [%lld, %lld] but C '%s' is %s",
+                            operand_text(arena, a, sa, 2, ta),
+                            operand_text(arena, b, sb, 2, tb), (long long)m,
+                            (long long)n, c->name,
+                            pass_format_extents(arena, sc, 2));
+    return NULL;
+}
+
+static void check_gemm(CheckCtx *ctx, Stmt *s)
+{
+    if (ctx->parallel_depth > 0)
+        pass_error(ctx->diag, &ctx->ok, s->loc, "gemm inside a parallel loop");
+    const char *problem = pass_check_gemm(ctx->k->arena, s);
+    if (problem) {
+        pass_error(ctx->diag, &ctx->ok, s->loc, "%s", problem);
+        return;
+    }
+    check_region(ctx, s->loc, &s->u.gemm.a, "gemm A");
+    check_region(ctx, s->loc, &s->u.gemm.b, "gemm B");
+}
+
 /* ---- the walk ---------------------------------------------------------- */
 
 static void check_stmt(CheckCtx *ctx, Stmt *s)
@@ -294,6 +409,12 @@ static void check_stmt(CheckCtx *ctx, Stmt *s)
             begin.lo == begin.hi && end.lo == end.hi && end.lo > begin.lo)
             r = (Range){begin.lo, end.lo - 1, true};
         set_range(ctx, s->u.loop.var, r);
+        if (s->u.loop.kind == LOOP_PIPELINED && ctx->parallel_depth > 0)
+            pass_error(ctx->diag, &ctx->ok, s->loc,
+                       "pipelined loop inside a parallel loop");
+        if (s->u.loop.kind == LOOP_PIPELINED && s->u.loop.stages < 1)
+            pass_error(ctx->diag, &ctx->ok, s->loc, "pipelined loop with %d "
+                       "stages; it needs at least 1", s->u.loop.stages);
         check_stmt(ctx, s->u.loop.body);
         break;
     }
@@ -323,6 +444,9 @@ static void check_stmt(CheckCtx *ctx, Stmt *s)
         break;
     case STMT_FILL:
         check_fill(ctx, s);
+        break;
+    case STMT_GEMM:
+        check_gemm(ctx, s);
         break;
     case STMT_REDUCE:
         if (ctx->parallel_depth > 0)

@@ -18,7 +18,18 @@
  *   - fragments written by a loop take the loop's layout;
  *   - REDUCE over the last dimension of a tile layout gives its destination
  *     the reduced layout, provided a result's group of chunks fits in a warp
- *     (the butterfly runs on shuffles).
+ *     (the butterfly runs on shuffles);
+ *   - before all of that, the accumulator C of every GEMM (and A, when it is
+ *     a fragment) gets the MMA layout (docs/hopper.md section 4): wgmma
+ *     fixes where its registers live, so the fill before the gemm, the
+ *     element-wise loops after it and the epilogue copy must follow it, not
+ *     the other way round.  Loops that touch such a fragment adopt the MMA
+ *     layout by the first rule, and the other fragments of its shape they
+ *     touch take it too, even when an earlier loop writes them first
+ *     (spread_mma_layouts).
+ *
+ * Free loops span the threads the tile code runs on: compute_threads once
+ * warp_specialize has added a producer warpgroup, else threads.
  *
  * Nothing is rewritten here; lower_parallel turns the layouts into code.
  * requires: lower_tile_ops has run.  guarantees: KSTATE_LAYOUTS.
@@ -87,6 +98,7 @@ static void scan_stmt(void *opaque, Stmt *s)
         break;
     case STMT_REDUCE:
     case STMT_PARALLEL:
+    case STMT_GEMM:
         if (!scan->nested)
             scan->nested = s;
         scan->serial_work = true;
@@ -218,6 +230,12 @@ static int choose_vec(LoopScan *scan, Stmt *loop, LoopScan **consumers,
 
 /* ---- layouts of PARALLEL loops ----------------------------------------- */
 
+/* The threads the tile code runs on (docs/hopper.md section 3). */
+static int tile_threads(const Kernel *k)
+{
+    return k->compute_threads > 0 ? k->compute_threads : k->threads;
+}
+
 static bool same_extents(const int64_t *a, const int64_t *b, int rank)
 {
     for (int d = 0; d < rank; d++)
@@ -234,7 +252,7 @@ static Layout *loop_layout_for(Kernel *k, Layout *l, Stmt *loop)
     const int64_t *extent = loop->u.parallel.extent;
     if (l->rank == rank && same_extents(l->extent, extent, rank))
         return l;
-    if (l->reduced && l->parent_rank == rank &&
+    if (l->kind == LAYOUT_CHUNKED && l->reduced && l->parent_rank == rank &&
         same_extents(l->parent_extent, extent, rank))
         return pass_new_tile_layout(k, rank, extent, l->threads, l->vec);
     return NULL;
@@ -364,7 +382,8 @@ static void infer_parallel(InferCtx *ctx, Stmt *loop)
     if (scan.nested) {
         /* both work on whole tiles, which a single thread does not own */
         pass_error(ctx->diag, &ctx->ok, scan.nested->loc, "%s inside a parallel loop",
-              scan.nested->kind == STMT_REDUCE ? "reduce" : "parallel loop");
+              scan.nested->kind == STMT_REDUCE ? "reduce"
+              : scan.nested->kind == STMT_GEMM ? "gemm" : "parallel loop");
         return;
     }
     int rank = loop->u.parallel.rank;
@@ -409,7 +428,7 @@ static void infer_parallel(InferCtx *ctx, Stmt *loop)
         LoopScan *consumers[MAX_CONSUMERS];
         Stmt *consumer_loops[MAX_CONSUMERS];
         int n = find_consumers(ctx, &scan, loop, consumers, consumer_loops);
-        layout = pass_new_tile_layout(k, rank, extent, k->threads,
+        layout = pass_new_tile_layout(k, rank, extent, tile_threads(k),
                                       choose_vec(&scan, loop, consumers,
                                                  consumer_loops, n));
     }
@@ -473,6 +492,13 @@ static bool reduce_layout(InferCtx *ctx, Stmt *s)
               "earlier parallel loop writes it", src->name);
         return false;
     }
+    if (l->kind == LAYOUT_MMA) {
+        pass_error(ctx->diag, &ctx->ok, s->loc,
+              "reduce over '%s': reductions over a gemm's MMA fragment "
+              "(layout %s) are not supported", src->name,
+              pass_format_layout(arena, l));
+        return false;
+    }
     if (l->reduced) {
         pass_error(ctx->diag, &ctx->ok, s->loc,
               "reduce over '%s': it is itself a reduction result (layout "
@@ -534,6 +560,139 @@ static bool reduce_layout(InferCtx *ctx, Stmt *s)
     }
     dst->layout = r;
     return true;
+}
+
+/* ---- GEMM operands ----------------------------------------------------- */
+
+/* The MMA layout of fragment b, operand `role` of a gemm, over its shape
+ * [M, N] (N = K for the A operand, whose k16 steps need 16 columns:
+ * n_multiple); NULL after a diagnostic. */
+static Layout *mma_layout(InferCtx *ctx, Stmt *gemm, Buffer *b,
+                          const char *role, int64_t n_multiple)
+{
+    Kernel *k = ctx->k;
+    int64_t shape[IR_MAX_RANK];
+    if (b->rank != 2 || !pass_buffer_const_shape(b, shape)) {
+        pass_error(ctx->diag, &ctx->ok, gemm->loc,
+                   "gemm %s '%s' must be a 2-D fragment of constant shape",
+                   role, b->name);
+        return NULL;
+    }
+    int threads = tile_threads(k);
+    if (threads <= 0 || threads % 128 != 0) {
+        pass_error(ctx->diag, &ctx->ok, gemm->loc,
+                   "gemm runs on whole warpgroups: the kernel's %d threads "
+                   "are not a multiple of 128", threads);
+        return NULL;
+    }
+    int warpgroups = threads / 128;
+    const char *shape_text = pass_format_extents(k->arena, shape, 2);
+    if (shape[0] % (64 * warpgroups) != 0) {
+        pass_error(ctx->diag, &ctx->ok, gemm->loc,
+                   "gemm %s '%s' %s: %lld rows are not a multiple of %d "
+                   "(64 rows per warpgroup, %d warpgroups)", role, b->name,
+                   shape_text, (long long)shape[0], 64 * warpgroups,
+                   warpgroups);
+        return NULL;
+    }
+    if (shape[1] % n_multiple != 0) {
+        pass_error(ctx->diag, &ctx->ok, gemm->loc,
+                   "gemm %s '%s' %s: %lld columns are not a multiple of "
+                   "%lld", role, b->name, shape_text, (long long)shape[1],
+                   (long long)n_multiple);
+        return NULL;
+    }
+    return pass_new_mma_layout(k, shape[0], shape[1], warpgroups);
+}
+
+/* Gives fragment b the MMA layout unless an error says why it cannot. */
+static void set_mma_layout(InferCtx *ctx, Stmt *gemm, Buffer *b,
+                           const char *role, int64_t n_multiple)
+{
+    if (b->scope != SCOPE_FRAGMENT) {
+        pass_error(ctx->diag, &ctx->ok, gemm->loc,
+                   "gemm %s '%s' must be a fragment, not a %s buffer", role,
+                   b->name, ir_scope_name(b->scope));
+        return;
+    }
+    Layout *l = mma_layout(ctx, gemm, b, role, n_multiple);
+    if (!l) {
+        vec_push(ctx->k->arena, &ctx->failed, b);
+        return;
+    }
+    if (b->layout && !pass_layout_equal(b->layout, l)) {
+        pass_error(ctx->diag, &ctx->ok, gemm->loc,
+                   "layout conflict in gemm: fragment '%s' has layout %s, "
+                   "as %s it needs %s", b->name,
+                   pass_format_layout(ctx->k->arena, b->layout), role,
+                   pass_format_layout(ctx->k->arena, l));
+        return;
+    }
+    b->layout = l;
+}
+
+static void infer_gemm(void *opaque, Stmt *s)
+{
+    InferCtx *ctx = opaque;
+    if (s->kind != STMT_GEMM)
+        return;
+    set_mma_layout(ctx, s, s->u.gemm.c, "accumulator", 8);
+    Buffer *a = s->u.gemm.a.buffer;
+    if (a->scope != SCOPE_FRAGMENT)
+        return;
+    if (s->u.gemm.transpose_a) {
+        pass_error(ctx->diag, &ctx->ok, s->loc,
+                   "gemm operand A '%s' is a fragment: it must be [M, K] "
+                   "(transpose_a = false)", a->name);
+        return;
+    }
+    set_mma_layout(ctx, s, a, "operand A", 16);
+}
+
+/* A fragment first written by, say, fill(acc, 0) would get a chunked layout
+ * there and conflict later with the MMA fragment it meets (acc += part * s,
+ * part being a gemm's C).  So before the walk, MMA layouts spread through
+ * every PARALLEL loop over an MMA fragment's extents to the other
+ * fragments of that shape it accesses which have no layout yet, until
+ * nothing changes (acc -> out -> ... chains). */
+static void spread_mma_layouts(InferCtx *ctx)
+{
+    Kernel *k = ctx->k;
+    if (!ctx->all_loops.count)
+        pass_visit_stmts(k->body, collect_parallel, ctx);
+    int nloops = ctx->all_loops.count;
+    if (nloops == 0)
+        return;
+    LoopScan **scans = arena_alloc(k->arena, sizeof *scans * (size_t)nloops);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int i = 0; i < nloops; i++) {
+            Stmt *loop = ctx->all_loops.items[i];
+            if (loop->u.parallel.rank != 2)
+                continue;
+            if (!scans[i])
+                scans[i] = scan_loop(ctx, loop);
+            Layout *mma = NULL;
+            for (int a = 0; a < scans[i]->accesses.count && !mma; a++) {
+                Buffer *b = ((Access *)scans[i]->accesses.items[a])->buffer;
+                if (b->scope == SCOPE_FRAGMENT && b->layout &&
+                    b->layout->kind == LAYOUT_MMA &&
+                    same_extents(b->layout->extent, loop->u.parallel.extent,
+                                 2))
+                    mma = b->layout;
+            }
+            for (int a = 0; mma && a < scans[i]->accesses.count; a++) {
+                Buffer *b = ((Access *)scans[i]->accesses.items[a])->buffer;
+                int64_t shape[IR_MAX_RANK];
+                if (b->scope != SCOPE_FRAGMENT || b->layout || b->rank != 2 ||
+                    !pass_buffer_const_shape(b, shape) ||
+                    !same_extents(shape, mma->extent, 2))
+                    continue;
+                b->layout = mma;
+                changed = true;
+            }
+        }
+    }
 }
 
 /* ---- the block-level walk ---------------------------------------------- */
@@ -602,6 +761,9 @@ static void check_alloc(void *opaque, Stmt *s)
 bool pass_infer_layouts(Kernel *k, Diag *diag)
 {
     InferCtx ctx = {.k = k, .diag = diag, .ok = true};
+    pass_visit_stmts(k->body, infer_gemm, &ctx);
+    if (ctx.ok)
+        spread_mma_layouts(&ctx);
     walk(&ctx, k->body);
     if (ctx.ok)
         pass_visit_stmts(k->body, check_alloc, &ctx);

@@ -28,6 +28,20 @@
  * second scan starts from what the first left pending, which catches
  * hazards around the back edge.
  *
+ * The asynchronous units (docs/hopper.md 2-3).  Buffers whose every
+ * ordering is carried by mbarriers (mbarrier_synchronized: the stages of a
+ * pipeline and its full/empty rings) are left alone.  A TMA load is a write
+ * by the issuing thread, but only for write-after-read: the threads that
+ * read the data wait on its mbarrier first, which orders the read after
+ * the write; likewise an expect_tx "writes" its mbarrier and a wait reads
+ * it, so a thread cannot re-arm a barrier another thread still waits on.
+ * A TMA store and a wgmma read their shared operands through the async
+ * proxy: a barrier that orders threads' writes before such a read gets
+ * `fence proxy_async` in front of it.  In the consumer branch of a
+ * warp_specialized IF the barrier is the named `bar.sync 1, C` (the
+ * producer warpgroup never arrives at barrier 0 there); the producer
+ * branch gets none.
+ *
  * requires: KSTATE_THREAD.  A kernel without shared memory is unchanged.
  */
 #include "ir.h"
@@ -39,6 +53,11 @@
 typedef struct {
     Buffer *reads[MAX_BUFFERS], *writes[MAX_BUFFERS], *atomics[MAX_BUFFERS];
     int nreads, nwrites, natomics;
+    /* of a statement only, never pending: TMA loads and expect_tx (write
+     * after read only) and async-proxy reads (TMA store, wgmma: also in
+     * reads) */
+    Buffer *async_writes[MAX_BUFFERS], *async_reads[MAX_BUFFERS];
+    int nasync_writes, nasync_reads;
 } Pending;
 
 typedef struct {
@@ -46,6 +65,7 @@ typedef struct {
     bool *nonuniform; /* by Var.id */
     int capacity;
     bool changed;
+    int barrier_id, barrier_threads; /* the barrier to insert: 0, 0 = block */
 } Syncer;
 
 /* ------------------------------------------------------------------ */
@@ -140,6 +160,7 @@ static void find_nonuniform(Syncer *z, const Stmt *s, bool divergent)
 
 static void add(Buffer **set, int *n, Buffer *b)
 {
+    if (b->mbarrier_synchronized) return;
     for (int i = 0; i < *n; i++)
         if (set[i] == b) return;
     if (*n < MAX_BUFFERS) set[(*n)++] = b;
@@ -207,6 +228,35 @@ static void stmt_accesses(const Stmt *s, Pending *acc)
         return;
     case STMT_EVAL: expr_accesses(s->u.eval.value, acc); return;
     case STMT_ASSERT: expr_accesses(s->u.assert_.cond, acc); return;
+    case STMT_TMA: {
+        Buffer *b = s->u.tma.smem.buffer;
+        if (s->u.tma.store) {
+            add(acc->reads, &acc->nreads, b);
+            add(acc->async_reads, &acc->nasync_reads, b);
+        } else {
+            add(acc->async_writes, &acc->nasync_writes, b);
+        }
+        return;
+    }
+    case STMT_MBARRIER: {
+        Buffer *b = s->u.mbarrier.bar.buffer;
+        expr_accesses(s->u.mbarrier.value, acc);
+        switch (s->u.mbarrier.op) {
+        case MBAR_INIT: add(acc->writes, &acc->nwrites, b); return;
+        case MBAR_EXPECT_TX: add(acc->async_writes, &acc->nasync_writes, b); return;
+        case MBAR_WAIT: add(acc->reads, &acc->nreads, b); return;
+        default: add(acc->atomics, &acc->natomics, b); return; /* arrivals commute */
+        }
+    }
+    case STMT_WGMMA:
+        expr_accesses(s->u.wgmma.scale_d, acc);
+        if (s->u.wgmma.a.buffer->scope == SCOPE_SHARED) {
+            add(acc->reads, &acc->nreads, s->u.wgmma.a.buffer);
+            add(acc->async_reads, &acc->nasync_reads, s->u.wgmma.a.buffer);
+        }
+        add(acc->reads, &acc->nreads, s->u.wgmma.b.buffer);
+        add(acc->async_reads, &acc->nasync_reads, s->u.wgmma.b.buffer);
+        return;
     default: return;
     }
 }
@@ -219,9 +269,19 @@ static bool member(Buffer *const *set, int n, const Buffer *b)
 }
 
 /* Would accesses `acc` race with what is pending?  RAW, WAR, and an
- * atomic after (or before) a plain access; never atomic after atomic. */
-static bool conflicts(const Pending *pending, const Pending *acc)
+ * atomic after (or before) a plain access; never atomic after atomic.
+ * *fence: an async-proxy read of a buffer with pending generic writes. */
+static bool conflicts(const Pending *pending, const Pending *acc, bool *fence)
 {
+    *fence = false;
+    for (int i = 0; i < acc->nasync_reads; i++)
+        if (member(pending->writes, pending->nwrites, acc->async_reads[i]) ||
+            member(pending->atomics, pending->natomics, acc->async_reads[i]))
+            *fence = true;
+    for (int i = 0; i < acc->nasync_writes; i++)
+        if (member(pending->reads, pending->nreads, acc->async_writes[i]) ||
+            member(pending->atomics, pending->natomics, acc->async_writes[i]))
+            return true;
     for (int i = 0; i < acc->nreads; i++)
         if (member(pending->writes, pending->nwrites, acc->reads[i]) ||
             member(pending->atomics, pending->natomics, acc->reads[i]))
@@ -250,6 +310,7 @@ static void merge(Pending *into, const Pending *from)
 /* ------------------------------------------------------------------ */
 
 static Stmt *sync_stmt(Syncer *z, Stmt *s, Pending *pending);
+static Stmt *sync_seq(Syncer *z, Stmt *s, Pending *pending);
 
 static bool block_level_compound(Syncer *z, const Stmt *s)
 {
@@ -263,7 +324,43 @@ static Stmt *barrier(Syncer *z, Loc loc)
 {
     Stmt *b = ir_new_stmt(z->k, STMT_BARRIER, loc);
     b->u.barrier.warp_only = false;
+    b->u.barrier.id = z->barrier_id;
+    b->u.barrier.threads = z->barrier_threads;
     return b;
+}
+
+/* The barrier before item (after `fence proxy_async` when an async-proxy
+ * read must see the threads' writes). */
+static void append_barrier(Syncer *z, Stmt *out, Loc loc, bool fence)
+{
+    if (fence) {
+        Stmt *f = ir_new_stmt(z->k, STMT_FENCE, loc);
+        f->u.fence.op = FENCE_PROXY_ASYNC;
+        ir_seq_append(z->k, out, f);
+    }
+    ir_seq_append(z->k, out, barrier(z, loc));
+}
+
+/* The warp_specialized split: the consumer branch synchronises with the
+ * named barrier of the consumer threads, the producer branch not at all. */
+static Stmt *sync_split(Syncer *z, Stmt *s, Pending *pending)
+{
+    Pending consumer = *pending, producer;
+    memset(&producer, 0, sizeof producer);
+    int id = z->barrier_id, threads = z->barrier_threads;
+    z->barrier_id = 1;
+    z->barrier_threads = z->k->compute_threads;
+    Stmt *else_body = s->u.if_.else_body;
+    if (else_body) {
+        if (else_body->kind != STMT_SEQ) else_body = ir_seq(z->k, &else_body, 1);
+        s->u.if_.else_body = sync_seq(z, else_body, &consumer);
+    }
+    z->barrier_id = id;
+    z->barrier_threads = threads;
+    stmt_accesses(s->u.if_.then_body, &producer);
+    merge(pending, &consumer);
+    merge(pending, &producer);
+    return s;
 }
 
 static Stmt *sync_seq(Syncer *z, Stmt *s, Pending *pending)
@@ -280,11 +377,14 @@ static Stmt *sync_seq(Syncer *z, Stmt *s, Pending *pending)
         Pending acc;
         memset(&acc, 0, sizeof acc);
         stmt_accesses(item, &acc);
-        if (conflicts(pending, &acc)) {
-            ir_seq_append(z->k, out, barrier(z, item->loc));
+        bool fence;
+        if (conflicts(pending, &acc, &fence)) {
+            append_barrier(z, out, item->loc, fence);
             memset(pending, 0, sizeof *pending);
         }
-        if (block_level_compound(z, item)) {
+        if (item->kind == STMT_IF && item->u.if_.warp_specialized) {
+            ir_seq_append(z->k, out, sync_split(z, item, pending));
+        } else if (block_level_compound(z, item)) {
             ir_seq_append(z->k, out, sync_stmt(z, item, pending));
         } else {
             merge(pending, &acc);

@@ -20,6 +20,21 @@
  * a fragment F live at F[s * V + v]; a reduced fragment holds one element
  * per chunk, at [s].
  *
+ * A loop with the MMA layout (docs/hopper.md section 4; M x N over W
+ * warpgroups, S = M / (64 W) m-slots) walks the thread's elements in local
+ * order, so that the j%2 pairs end up in one 2-lane vectorized loop:
+ *
+ *   for ms in unroll(0, S) {                  // dropped when S == 1
+ *     for g in unroll(0, N / 8) {             // the 8-column group j/8
+ *       for h in unroll(0, 2) {               // the row half (r%16)/8
+ *         for v in vectorized(0, 2) { body }  // j%2
+ *   }}}
+ *
+ * with i = 64 W ms + 16 (thread_idx / 32) + 8 h + (thread_idx % 32) / 4,
+ * j = 8 g + 2 (thread_idx % 4) + v, and fragment element local index
+ * ms (N/2) + 4 g + 2 h + v.  (16 (thread_idx / 32) is the section's
+ * 64 wg + 16 (r / 16) with both thread terms folded.)
+ *
  * A loop over a reduced layout iterates the parent's chunks with the last
  * dimension dropped: the `group` chunks of one result are replicas, so
  * only replica 0 (c % group == 0) may store to shared or global memory.
@@ -54,6 +69,7 @@ typedef struct {
     int vec;
     Expr *chunk;               /* c */
     int group;                 /* reduced loop: replicas per result, else 1 */
+    Expr *local;               /* MMA loop: the element's local index */
 } Rewrite;
 
 /* ---- the slot / chunk frame -------------------------------------------- */
@@ -162,6 +178,10 @@ static Expr **local_index(Rewrite *rw, const Buffer *b)
     /* IR_MAX_RANK slots: the buffer keeps its tile rank until the end of
      * the pass, and walkers read that many entries */
     Expr **idx = arena_alloc(k->arena, sizeof(Expr *) * IR_MAX_RANK);
+    if (rw->local) {
+        idx[0] = ir_copy_expr(k, rw->local);
+        return idx;
+    }
     Expr *slot = ir_copy_expr(k, rw->slot);
     if (b->layout->reduced || !rw->lane)
         idx[0] = slot;
@@ -304,6 +324,68 @@ static Stmt *lower_reduced_loop(LowerCtx *ctx, Stmt *loop, const Layout *l)
     return close_frame(k, l, loop->loc, &frame, body);
 }
 
+/* A fresh loop var of the MMA walk, and an expression reading it. */
+static Expr *mma_loop_var(Kernel *k, const char *name, Var **var)
+{
+    *var = ir_new_var(k, name, PASS_INDEX_TYPE, VAR_LOOP);
+    return ir_var(k, *var);
+}
+
+static Stmt *lower_mma_loop(LowerCtx *ctx, Stmt *loop, const Layout *l)
+{
+    Kernel *k = ctx->k;
+    Loc loc = loop->loc;
+    if (loop->u.parallel.rank != 2 || l->rank != 2)
+        ice("parallel loop of rank %d has an MMA layout",
+            loop->u.parallel.rank);
+    int64_t n = l->extent[1];
+    Var *slot_var = NULL, *group_var, *half_var, *lane_var;
+    Expr *slot = l->slots > 1 ? mma_loop_var(k, "ms", &slot_var)
+                              : pass_index(k, 0);
+    Expr *group = mma_loop_var(k, "g", &group_var);
+    Expr *half = mma_loop_var(k, "h", &half_var);
+    Expr *lane = mma_loop_var(k, "v", &lane_var);
+
+    /* i = 64 W ms + 16 (tid / 32) + 8 h + (tid % 32) / 4 */
+    Expr *row = pass_mul(k, ir_copy_expr(k, slot),
+                         pass_index(k, 64 * (int64_t)l->warpgroups));
+    row = pass_add(k, row, pass_mul(k, pass_div(k, thread_idx(k),
+                                                pass_index(k, 32)),
+                                    pass_index(k, 16)));
+    row = pass_add(k, row, pass_mul(k, ir_copy_expr(k, half),
+                                    pass_index(k, 8)));
+    row = pass_add(k, row, pass_div(k, pass_mod(k, thread_idx(k),
+                                                pass_index(k, 32)),
+                                    pass_index(k, 4)));
+    /* j = 8 g + 2 (tid % 4) + v */
+    Expr *col = pass_mul(k, ir_copy_expr(k, group), pass_index(k, 8));
+    col = pass_add(k, col, pass_mul(k, pass_mod(k, thread_idx(k),
+                                                pass_index(k, 4)),
+                                    pass_index(k, 2)));
+    col = pass_add(k, col, ir_copy_expr(k, lane));
+    /* local = ms (N/2) + 4 g + 2 h + v */
+    Expr *local = pass_mul(k, ir_copy_expr(k, slot), pass_index(k, n / 2));
+    local = pass_add(k, local, pass_mul(k, ir_copy_expr(k, group),
+                                        pass_index(k, 4)));
+    local = pass_add(k, local, pass_mul(k, ir_copy_expr(k, half),
+                                        pass_index(k, 2)));
+    local = pass_add(k, local, ir_copy_expr(k, lane));
+
+    Rewrite rw = {.k = k, .nvars = 2, .slot = slot, .lane = lane, .vec = 2,
+                  .chunk = NULL, .group = 1, .local = local};
+    rw.vars[0] = loop->u.parallel.vars[0];
+    rw.vars[1] = loop->u.parallel.vars[1];
+    rw.values[0] = row;
+    rw.values[1] = col;
+    Stmt *body = rewrite_stmt(&rw, loop->u.parallel.body);
+    body = new_for(k, loc, lane_var, 2, LOOP_VECTORIZED, body);
+    body = new_for(k, loc, half_var, 2, LOOP_UNROLL, body);
+    body = new_for(k, loc, group_var, n / 8, LOOP_UNROLL, body);
+    if (slot_var)
+        body = new_for(k, loc, slot_var, l->slots, LOOP_UNROLL, body);
+    return body;
+}
+
 /* ---- REDUCE ------------------------------------------------------------ */
 
 static Expr *reduce_identity(Kernel *k, ReduceOp op, DType t)
@@ -442,6 +524,8 @@ static Stmt *lower_stmt(LowerCtx *ctx, Stmt *s)
         const Layout *l = s->u.parallel.layout;
         if (!l)
             ice("parallel loop without a layout");
+        if (l->kind == LAYOUT_MMA)
+            return lower_mma_loop(ctx, s, l);
         return l->reduced ? lower_reduced_loop(ctx, s, l)
                           : lower_tile_loop(ctx, s, l);
     }
@@ -457,7 +541,8 @@ static Stmt *lower_stmt(LowerCtx *ctx, Stmt *s)
 }
 
 /* A fragment becomes the thread's LOCAL array of its elements: slots*vec
- * of them for a tile layout, one per slot for a reduced layout.  Its ALLOC
+ * of them for a tile layout, one per slot for a reduced layout, N/2 per
+ * m-slot for an MMA layout.  Its ALLOC
  * stays; codegen zero-fills LOCAL arrays, which REDUCE relies on for the
  * chunks past the end of the tile. */
 static void localise_fragment(void *opaque, Stmt *s)
@@ -469,7 +554,9 @@ static void localise_fragment(void *opaque, Stmt *s)
     const Layout *l = b->layout;
     if (!l)
         ice("fragment '%s' without a layout", b->name);
-    int64_t size = l->reduced ? l->slots : l->slots * l->vec;
+    int64_t size = l->kind == LAYOUT_MMA ? l->slots * (l->extent[1] / 2)
+                   : l->reduced           ? l->slots
+                                          : l->slots * l->vec;
     b->scope = SCOPE_LOCAL;
     b->rank = 1;
     b->shape[0] = pass_index(ctx->k, size);

@@ -17,6 +17,11 @@
  * index not built from non-negative terms.  pass_simplify removes the
  * conjuncts it can prove, and vectorize proves the rest uniform.
  *
+ * A COPY that lower_tma made a TMA copy (tensor_map >= 0) becomes one TMA
+ * statement instead: the box is the whole region, the coordinates are the
+ * global region's starts, and a load completes on the copy's mbarrier.
+ * The tensor map's out-of-bounds handling replaces the edge masks.
+ *
  * requires: tile level.  maintains: tile level.  COPY and FILL are gone
  * afterwards; REDUCE is left to lower_parallel.
  */
@@ -313,6 +318,23 @@ static Stmt *lower_thread_tile_op(LowerCtx *ctx, Stmt *s)
     return body;
 }
 
+/* One cp.async.bulk.tensor for a TMA copy (docs/hopper.md 2). */
+static Stmt *lower_tma_copy(LowerCtx *ctx, Stmt *s)
+{
+    Kernel *k = ctx->k;
+    bool store = s->u.copy.dst.buffer->scope == SCOPE_GLOBAL;
+    const Region *global = store ? &s->u.copy.dst : &s->u.copy.src;
+    Stmt *t = ir_new_stmt(k, STMT_TMA, s->loc);
+    t->u.tma.store = store;
+    t->u.tma.smem = store ? s->u.copy.src : s->u.copy.dst;
+    t->u.tma.tensor_map = s->u.copy.tensor_map;
+    for (int d = 0; d < global->buffer->rank; d++)
+        t->u.tma.coords[d] = global->start[d] ? global->start[d] : pass_index(k, 0);
+    if (!store)
+        t->u.tma.bar = s->u.copy.barrier;
+    return t;
+}
+
 static Stmt *lower_stmt(LowerCtx *ctx, Stmt *s, bool in_parallel)
 {
     if (!s)
@@ -338,6 +360,10 @@ static Stmt *lower_stmt(LowerCtx *ctx, Stmt *s, bool in_parallel)
         s->u.parallel.body = lower_stmt(ctx, s->u.parallel.body, true);
         return s;
     case STMT_COPY:
+        if (s->u.copy.tensor_map >= 0 && !in_parallel)
+            return lower_tma_copy(ctx, s);
+        return in_parallel ? lower_thread_tile_op(ctx, s)
+                           : lower_block_tile_op(ctx, s);
     case STMT_FILL:
         return in_parallel ? lower_thread_tile_op(ctx, s)
                            : lower_block_tile_op(ctx, s);

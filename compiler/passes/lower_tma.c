@@ -1,12 +1,458 @@
 /*
- * lower_tma.c -- (being written; see docs/hopper.md).  Until then the pass
- * changes nothing.
+ * lower_tma.c -- decides which block-level copies become TMA copies.
+ *
+ * A block-level COPY between a global tensor and a whole shared buffer (or
+ * one index of its leading dims) can be one cp.async.bulk.tensor per
+ * block: one thread issues it, the Tensor Memory Accelerator moves the box
+ * and reports the bytes on an mbarrier.  The pass checks the conditions of
+ * docs/hopper.md section 2 (each failure has a reason, printed with
+ * --explain-tma and in the error of a copy forced with tma = on), records
+ * a TensorMap per distinct (tensor, box, swizzle), sets copy.tensor_map and
+ * the shared buffer's async_kind (SWIZZLE128 for a gemm operand, else
+ * PLAIN).
+ *
+ * Policy in auto mode: only copies directly in a pipelined loop (under its
+ * IFs, not in a nested loop) or whose shared side is a gemm operand become
+ * TMA.  Other copies (the transpose's tile, the staging of element-wise
+ * kernels) keep the vectorised fallback, which is as fast for them and
+ * needs no mbarrier; `tma = on` (copy or kernel) makes them TMA too.
+ *
+ * A TMA load outside a pipelined loop gets its own protocol here (the
+ * pipelined ones get theirs from pipeline_loops): one mbarrier slot
+ * initialised at the top of the kernel, a phase bit per thread, and
+ * consecutive TMA loads of one sequence share one expect_tx and one wait.
+ * TMA stores get `fence proxy_async; barrier` in front (threads' writes
+ * become visible to the async proxy) and a commit + wait behind.
+ *
+ * requires: tile level (after check_types).  guarantees: every COPY has
+ * tensor_map >= 0 exactly when it is a TMA copy; a TMA load outside a
+ * pipelined loop carries its barrier.
  */
-#include "../ir.h"
+#include <stdio.h>
+#include <stdlib.h>
 
-bool pass_lower_tma(Kernel *k, Diag *diag) {
-    (void)k;
-    (void)diag;
-    return true;
-}
+#include "async_util.h"
+
 bool pass_explain_tma;
+
+#define TMA_MAX_RANK 5
+#define TMA_MAX_BOX 256
+#define SWIZZLE_ROW_BYTES 128
+
+typedef struct {
+    Kernel *k;
+    Diag *diag;
+    bool ok;
+    Facts *facts;
+    PtrVec gemm_operands; /* Buffer*: shared A/B operands of a gemm */
+    Buffer *bar;          /* the standalone loads' mbarrier, once needed */
+    Stmt *bar_alloc;      /* its ALLOC */
+    Var *phase;           /* its phase bit */
+} TmaCtx;
+
+static bool is_gemm_operand(TmaCtx *c, const Buffer *b)
+{
+    for (int i = 0; i < c->gemm_operands.count; i++)
+        if (c->gemm_operands.items[i] == b)
+            return true;
+    return false;
+}
+
+static void find_gemm_operand(void *opaque, Stmt *s)
+{
+    TmaCtx *c = opaque;
+    if (s->kind != STMT_GEMM)
+        return;
+    if (s->u.gemm.a.buffer->scope == SCOPE_SHARED)
+        vec_push(c->k->arena, &c->gemm_operands, s->u.gemm.a.buffer);
+    if (s->u.gemm.b.buffer->scope == SCOPE_SHARED)
+        vec_push(c->k->arena, &c->gemm_operands, s->u.gemm.b.buffer);
+}
+
+static const char *expr_text(Arena *arena, const Expr *e)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    ir_print_expr(out, e);
+    fclose(out);
+    char *copy = arena_strdup(arena, text);
+    free(text);
+    return copy;
+}
+
+static const char *kind_name(int async_kind)
+{
+    return async_kind == SHARED_ASYNC_SWIZZLE128 ? "swizzle128"
+           : async_kind == SHARED_ASYNC_PLAIN    ? "plain"
+           : async_kind == SHARED_ASYNC_MBARRIER ? "mbarrier"
+                                                 : "none";
+}
+
+/* ---- legality (docs/hopper.md 2, rules 2-5) ---------------------------- */
+
+/* The box of the global region: its extents, 1 for a single index. */
+static void global_box(const Region *g, int64_t box[IR_MAX_RANK])
+{
+    for (int d = 0; d < g->buffer->rank; d++)
+        box[d] = g->extent[d] > 0 ? g->extent[d] : 1;
+}
+
+/* NULL when the copy can be a TMA copy, else why not.  *kind is the
+ * shared buffer's async_kind it needs. */
+static const char *illegal_reason(TmaCtx *c, const Stmt *s, bool pipelined,
+                                  int *kind)
+{
+    Kernel *k = c->k;
+    Arena *a = k->arena;
+    bool store = s->u.copy.src.buffer->scope == SCOPE_SHARED;
+    const Region *g = store ? &s->u.copy.dst : &s->u.copy.src;
+    const Region *sh = store ? &s->u.copy.src : &s->u.copy.dst;
+    Buffer *gb = g->buffer, *sb = sh->buffer;
+    int bits = ir_dtype_bits(gb->dtype);
+
+    if (gb->dtype != sb->dtype)
+        return arena_printf(a, "the copy converts %s to %s (TMA moves bytes "
+                            "unchanged)", ir_dtype_name(s->u.copy.src.buffer->dtype),
+                            ir_dtype_name(s->u.copy.dst.buffer->dtype));
+    if (bits < 8)
+        return arena_printf(a, "%s elements are narrower than a byte",
+                            ir_dtype_name(gb->dtype));
+    int bytes = bits / 8;
+    if (gb->rank > TMA_MAX_RANK)
+        return arena_printf(a, "'%s' has rank %d (a tensor map has at most %d)",
+                            gb->name, gb->rank, TMA_MAX_RANK);
+    const Expr *last = gb->strides[gb->rank - 1];
+    if (!last || last->kind != EXPR_INT || last->u.int_value != 1)
+        return arena_printf(a, "the last stride of '%s' is not 1", gb->name);
+    for (int d = 0; d + 1 < gb->rank; d++) {
+        Modular m = facts_modular(c->facts, gb->strides[d]);
+        if ((m.coeff * bytes) % 16 != 0 || (m.base * bytes) % 16 != 0)
+            return arena_printf(a, "stride %d of '%s' (%s) is not provably a "
+                                "multiple of 16 bytes (a `where` constraint "
+                                "such as `%s %% %d == 0` proves it)",
+                                d, gb->name, expr_text(a, gb->strides[d]),
+                                expr_text(a, gb->strides[d]), 16 / bytes);
+    }
+    int64_t box[IR_MAX_RANK];
+    global_box(g, box);
+    for (int d = 0; d < gb->rank; d++)
+        if (box[d] > TMA_MAX_BOX)
+            return arena_printf(a, "box extent %lld of dimension %d is over %d",
+                                (long long)box[d], d, TMA_MAX_BOX);
+    int64_t inner = box[gb->rank - 1] * bytes;
+    if (inner % 16 != 0)
+        return arena_printf(a, "the innermost box is %lld bytes, not a "
+                            "multiple of 16", (long long)inner);
+
+    /* the shared side: single indices on leading dims, then whole dims */
+    int first = 0;
+    while (first < sb->rank && sh->extent[first] == 0)
+        first++;
+    if (first == sb->rank)
+        return arena_printf(a, "the shared side is a single element of '%s'",
+                            sb->name);
+    int64_t slab = bytes;
+    for (int d = first; d < sb->rank; d++) {
+        const Expr *start = sh->start[d];
+        bool zero = !start || (start->kind == EXPR_INT && start->u.int_value == 0);
+        const Expr *extent = sb->shape[d];
+        if (sh->extent[d] == 0 || !zero || extent->kind != EXPR_INT ||
+            extent->u.int_value != sh->extent[d])
+            return arena_printf(a, "the shared side is not the whole of '%s' "
+                                "(or one index of its leading dims)", sb->name);
+        slab *= sh->extent[d];
+    }
+    int64_t row = sh->extent[sb->rank - 1] * bytes;
+    *kind = is_gemm_operand(c, sb) ? SHARED_ASYNC_SWIZZLE128 : SHARED_ASYNC_PLAIN;
+    if (*kind == SHARED_ASYNC_SWIZZLE128 && row != SWIZZLE_ROW_BYTES)
+        return arena_printf(a, "'%s' is a gemm operand, so its rows must be "
+                            "exactly %d bytes for the 128-byte swizzle; they "
+                            "are %lld", sb->name, SWIZZLE_ROW_BYTES, (long long)row);
+    if (sb->async_kind != SHARED_ASYNC_NONE && sb->async_kind != *kind)
+        return arena_printf(a, "'%s' is already laid out as %s", sb->name,
+                            kind_name(sb->async_kind));
+    /* each stage (or indexed slab) must start where TMA can write it */
+    int64_t align = *kind == SHARED_ASYNC_SWIZZLE128 ? 1024 : 128;
+    if ((first > 0 || pipelined) && slab % align != 0)
+        return arena_printf(a, "one box of '%s' is %lld bytes, not a multiple "
+                            "of %lld (each stage must start %lld-byte aligned)",
+                            sb->name, (long long)slab, (long long)align,
+                            (long long)align);
+    for (int d = 0; d < gb->rank; d++)
+        if (g->start[d] && !async_uniform_scalar(g->start[d]))
+            return arena_printf(a, "the start of dimension %d depends on the "
+                                "thread (one thread issues a TMA copy)", d);
+    for (int d = 0; d < first; d++)
+        if (sh->start[d] && !async_uniform_scalar(sh->start[d]))
+            return arena_printf(a, "the index into '%s' depends on the thread",
+                                sb->name);
+    return NULL;
+}
+
+/* ---- decisions --------------------------------------------------------- */
+
+static int tensor_map_index(TmaCtx *c, Buffer *global, const int64_t *box,
+                            int swizzle)
+{
+    Kernel *k = c->k;
+    for (int i = 0; i < k->ntensor_maps; i++) {
+        TensorMap *m = &k->tensor_maps[i];
+        bool same = m->global == global && m->swizzle_bytes == swizzle;
+        for (int d = 0; same && d < m->rank; d++)
+            same = m->box[d] == box[d];
+        if (same)
+            return i;
+    }
+    TensorMap *maps = arena_alloc(k->arena, sizeof(TensorMap) *
+                                                (size_t)(k->ntensor_maps + 1));
+    for (int i = 0; i < k->ntensor_maps; i++)
+        maps[i] = k->tensor_maps[i];
+    TensorMap *m = &maps[k->ntensor_maps];
+    m->global = global;
+    m->rank = global->rank;
+    for (int d = 0; d < global->rank; d++)
+        m->box[d] = box[d];
+    m->swizzle_bytes = swizzle;
+    k->tensor_maps = maps;
+    return k->ntensor_maps++;
+}
+
+static void decide(TmaCtx *c, Stmt *s, bool pipelined)
+{
+    Kernel *k = c->k;
+    Arena *a = k->arena;
+    Buffer *src = s->u.copy.src.buffer, *dst = s->u.copy.dst.buffer;
+    bool load = src->scope == SCOPE_GLOBAL && dst->scope == SCOPE_SHARED;
+    bool store = src->scope == SCOPE_SHARED && dst->scope == SCOPE_GLOBAL;
+    if (!load && !store) {
+        if (s->u.copy.tma == HINT_ON)
+            pass_error(c->diag, &c->ok, s->loc, "copy '%s' -> '%s' cannot use "
+                       "TMA: it is not between global and shared memory",
+                       src->name, dst->name);
+        else if (pass_explain_tma)
+            diag_note(c->diag, s->loc, "copy '%s' -> '%s' is not a TMA copy: "
+                      "it is not between global and shared memory",
+                      src->name, dst->name);
+        return;
+    }
+    Hint hint = s->u.copy.tma != HINT_AUTO ? s->u.copy.tma : k->hint_tma;
+    Buffer *shared = load ? dst : src;
+    const char *reason = NULL;
+    int kind = SHARED_ASYNC_PLAIN;
+    if (k->hint_tma == HINT_OFF) {
+        reason = "the kernel's tma hint is off";
+        if (s->u.copy.tma == HINT_ON) {
+            pass_error(c->diag, &c->ok, s->loc, "copy '%s' -> '%s' has tma = "
+                       "on, but the kernel's tma hint is off", src->name,
+                       dst->name);
+            return;
+        }
+    } else if (s->u.copy.tma == HINT_OFF) {
+        reason = "the copy's tma hint is off";
+    } else {
+        reason = illegal_reason(c, s, pipelined, &kind);
+        if (reason && hint == HINT_ON) {
+            pass_error(c->diag, &c->ok, s->loc, "copy '%s' -> '%s' cannot use "
+                       "TMA: %s", src->name, dst->name, reason);
+            return;
+        }
+        if (!reason && hint == HINT_AUTO && !pipelined &&
+            !is_gemm_operand(c, shared))
+            reason = "in auto mode only copies in a pipelined loop or into a "
+                     "gemm operand use TMA (tma = on forces it)";
+    }
+    if (reason) {
+        if (pass_explain_tma)
+            diag_note(c->diag, s->loc, "copy '%s' -> '%s' is not a TMA copy: %s",
+                      src->name, dst->name, reason);
+        return;
+    }
+    const Region *g = load ? &s->u.copy.src : &s->u.copy.dst;
+    int64_t box[IR_MAX_RANK];
+    global_box(g, box);
+    int swizzle = kind == SHARED_ASYNC_SWIZZLE128 ? SWIZZLE_ROW_BYTES : 0;
+    s->u.copy.tensor_map = tensor_map_index(c, g->buffer, box, swizzle);
+    shared->async_kind = kind;
+    if (pass_explain_tma)
+        diag_note(c->diag, s->loc, "copy '%s' -> '%s' is a TMA %s: tensor map "
+                  "%d, box %s, %s%s", src->name, dst->name,
+                  load ? "load" : "store", s->u.copy.tensor_map,
+                  pass_format_extents(a, box, g->buffer->rank),
+                  swizzle ? "128-byte swizzle" : "no swizzle",
+                  pipelined ? ", pipelined" : "");
+}
+
+/* Visits block-level copies; `pipelined` is true directly inside a
+ * PIPELINED loop's body (under IFs, not in a nested loop). */
+static void decide_all(TmaCtx *c, Stmt *s, bool pipelined)
+{
+    if (!s)
+        return;
+    switch (s->kind) {
+    case STMT_SEQ:
+        for (int i = 0; i < s->u.seq.count; i++)
+            decide_all(c, s->u.seq.items[i], pipelined);
+        return;
+    case STMT_FOR:
+        decide_all(c, s->u.loop.body, s->u.loop.kind == LOOP_PIPELINED);
+        return;
+    case STMT_IF:
+        decide_all(c, s->u.if_.then_body, pipelined);
+        decide_all(c, s->u.if_.else_body, pipelined);
+        return;
+    case STMT_COPY:
+        decide(c, s, pipelined);
+        return;
+    default: /* PARALLEL bodies hold per-thread copies: never TMA */
+        return;
+    }
+}
+
+/* ---- protocols of copies outside pipelines ----------------------------- */
+
+static bool is_standalone_load(const Stmt *s)
+{
+    return s->kind == STMT_COPY && s->u.copy.tensor_map >= 0 &&
+           s->u.copy.dst.buffer->scope == SCOPE_SHARED;
+}
+
+static bool is_tma_store(const Stmt *s)
+{
+    return s->kind == STMT_COPY && s->u.copy.tensor_map >= 0 &&
+           s->u.copy.dst.buffer->scope == SCOPE_GLOBAL;
+}
+
+/* if thread_idx() == 0 { expect_tx @bar[0] = BYTES; copies }
+ * wait @bar[0] = phase;  phase = phase ^ 1 */
+static void emit_load_group(TmaCtx *c, Stmt *out, Stmt **copies, int n)
+{
+    Kernel *k = c->k;
+    Loc loc = copies[0]->loc;
+    int64_t bytes = 0;
+    Stmt *issue = ir_seq(k, NULL, 0);
+    for (int i = 0; i < n; i++)
+        bytes += async_copy_bytes(copies[i]);
+    ir_seq_append(k, issue, async_mbarrier(k, MBAR_EXPECT_TX, c->bar,
+                                           pass_index(k, 0),
+                                           pass_index(k, bytes), loc));
+    for (int i = 0; i < n; i++) {
+        Region *bar = &copies[i]->u.copy.barrier;
+        bar->buffer = c->bar;
+        bar->start[0] = pass_index(k, 0);
+        bar->extent[0] = 0;
+        ir_seq_append(k, issue, copies[i]);
+    }
+    ir_seq_append(k, out, async_if(k, async_thread_is(k, 0), issue, loc));
+    ir_seq_append(k, out, async_mbarrier(k, MBAR_WAIT, c->bar, pass_index(k, 0),
+                                         ir_var(k, c->phase), loc));
+    Stmt *flip = ir_new_stmt(k, STMT_ASSIGN, loc);
+    flip->u.assign.var = c->phase;
+    flip->u.assign.value = ir_binary(k, BIN_XOR, ir_var(k, c->phase),
+                                     pass_index(k, 1));
+    ir_seq_append(k, out, flip);
+}
+
+/* fence proxy_async; barrier; if thread_idx() == 0 { store; commit; wait } */
+static void emit_store(TmaCtx *c, Stmt *out, Stmt *copy)
+{
+    Kernel *k = c->k;
+    Loc loc = copy->loc;
+    ir_seq_append(k, out, async_fence(k, FENCE_PROXY_ASYNC, 0, loc));
+    ir_seq_append(k, out, ir_new_stmt(k, STMT_BARRIER, loc));
+    Stmt *issue = ir_seq(k, &copy, 1);
+    ir_seq_append(k, issue, async_fence(k, FENCE_TMA_STORE_COMMIT, 0, loc));
+    ir_seq_append(k, issue, async_fence(k, FENCE_TMA_STORE_WAIT, 0, loc));
+    ir_seq_append(k, out, async_if(k, async_thread_is(k, 0), issue, loc));
+}
+
+static void ensure_barrier(TmaCtx *c, Loc loc)
+{
+    if (c->bar)
+        return;
+    c->bar = async_new_mbarriers(c->k, "tma_bar", 1, loc, &c->bar_alloc);
+    c->phase = ir_new_var(c->k, "tma_phase", PASS_INDEX_TYPE, VAR_MUTABLE);
+}
+
+/* The barrier's alloc, the phase bit and the one-time init go first. */
+static void prepend_barrier_init(TmaCtx *c)
+{
+    Kernel *k = c->k;
+    Loc loc = c->bar->loc;
+    Stmt *let = ir_new_stmt(k, STMT_LET, loc);
+    let->u.let.var = c->phase;
+    let->u.let.value = pass_index(k, 0);
+    Stmt *prefix[2] = {c->bar_alloc, let};
+    Stmt *init = async_mbarrier(k, MBAR_INIT, c->bar, pass_index(k, 0),
+                                pass_index(k, 1), loc);
+    async_prepend_init(k, prefix, 2, ir_seq(k, &init, 1), loc);
+}
+
+static Stmt *protocols(TmaCtx *c, Stmt *s, bool pipelined);
+
+static Stmt *protocols_seq(TmaCtx *c, Stmt *s, bool pipelined)
+{
+    Kernel *k = c->k;
+    Stmt *out = ir_seq(k, NULL, 0);
+    out->loc = s->loc;
+    int n = s->u.seq.count;
+    for (int i = 0; i < n;) {
+        Stmt *item = s->u.seq.items[i];
+        if (!pipelined && is_standalone_load(item)) {
+            int j = i;
+            while (j < n && is_standalone_load(s->u.seq.items[j]))
+                j++;
+            ensure_barrier(c, item->loc);
+            emit_load_group(c, out, &s->u.seq.items[i], j - i);
+            i = j;
+            continue;
+        }
+        if (is_tma_store(item))
+            emit_store(c, out, item);
+        else
+            ir_seq_append(k, out, protocols(c, item, pipelined));
+        i++;
+    }
+    return out;
+}
+
+static Stmt *protocols(TmaCtx *c, Stmt *s, bool pipelined)
+{
+    if (!s)
+        return NULL;
+    switch (s->kind) {
+    case STMT_SEQ:
+        return protocols_seq(c, s, pipelined);
+    case STMT_FOR:
+        s->u.loop.body = protocols(c, s->u.loop.body,
+                                   s->u.loop.kind == LOOP_PIPELINED);
+        return s;
+    case STMT_IF:
+        s->u.if_.then_body = protocols(c, s->u.if_.then_body, pipelined);
+        s->u.if_.else_body = protocols(c, s->u.if_.else_body, pipelined);
+        return s;
+    case STMT_COPY:
+        if ((!pipelined && is_standalone_load(s)) || is_tma_store(s)) {
+            Stmt *seq = ir_seq(c->k, &s, 1);
+            return protocols_seq(c, seq, pipelined);
+        }
+        return s;
+    default:
+        return s;
+    }
+}
+
+bool pass_lower_tma(Kernel *k, Diag *diag)
+{
+    TmaCtx c = {.k = k, .diag = diag, .ok = true};
+    c.facts = facts_new(k);
+    pass_visit_stmts(k->body, find_gemm_operand, &c);
+    decide_all(&c, k->body, false);
+    if (!c.ok)
+        return false;
+    if (k->ntensor_maps > 0)
+        k->body = protocols(&c, k->body, false);
+    if (c.bar)
+        prepend_barrier_init(&c);
+    return c.ok;
+}

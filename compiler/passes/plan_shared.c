@@ -21,6 +21,15 @@
  * The choice and the simulated cost of every access are kept as text in
  * Buffer.plan_note, for --dump-after=plan_shared.
  *
+ * Buffers the async units touch have a fixed layout (Buffer.async_kind,
+ * set by lower_tma, lower_gemm and pipeline_loops): PLAIN is dense rows,
+ * no swizzle, 128-byte aligned (TMA's box layout); SWIZZLE128 is dense
+ * 128-byte rows with swizzle_shift 0 (the hardware's 128-byte swizzle:
+ * chunk c of row r at c ^ (r % 8)) on a 1024-byte aligned base, the
+ * period of that pattern; MBARRIER objects are 8-byte aligned.  The
+ * block may use more than 48 KB (the runtime raises the dynamic shared
+ * limit), but not more than the 227 KB an sm_90 block can have.
+ *
  * requires: KSTATE_THREAD.  guarantees: KSTATE_SHARED.
  */
 #include "ir.h"
@@ -32,6 +41,8 @@
 #define SIM_MAX_RECORDS 4096     /* bounds the simulation's work */
 #define SIM_SERIAL_ITERATIONS 4  /* a serial loop repeats its pattern */
 #define MAX_SITES 64
+#define MAX_SHARED_BYTES (227 * 1024) /* per block on sm_90 */
+#define SWIZZLE128_ROW_BYTES 128
 
 /* One warp-wide shared access: per thread the element [row, col] of
  * lane 0 and the bytes it moves. */
@@ -342,6 +353,24 @@ static int64_t plan_buffer(Sim *s, Buffer *b, Diag *diag)
         return 0;
     }
     int64_t row_bytes = width * bits / 8;
+    if (b->async_kind != SHARED_ASYNC_NONE) {
+        b->pitch = width;
+        b->swizzle_shift = -1;
+        if (b->async_kind == SHARED_ASYNC_SWIZZLE128) {
+            if (row_bytes != SWIZZLE128_ROW_BYTES)
+                diag_error(diag, b->loc, "shared buffer '%s' needs the 128-byte "
+                           "swizzle, but its rows are %lld bytes, not 128",
+                           b->name, (long long)row_bytes);
+            b->swizzle_shift = 0;
+        }
+        b->plan_note = arena_printf(k->arena, "plan_shared: pitch %lld swizzle "
+                                    "%d; fixed by the async units (%s)",
+                                    (long long)b->pitch, b->swizzle_shift,
+                                    b->async_kind == SHARED_ASYNC_SWIZZLE128 ? "swizzle128"
+                                    : b->async_kind == SHARED_ASYNC_PLAIN ? "plain"
+                                                                          : "mbarrier");
+        return rows * width * bits / 8;
+    }
     int64_t pitch = width;
     if (row_bytes >= 16 && row_bytes % 16 != 0 && bits >= 8)
         pitch = (row_bytes + 15) / 16 * 16 * 8 / bits;
@@ -406,7 +435,9 @@ static void plan_allocs(Sim *s, Stmt *st, int64_t *offset, Diag *diag)
     case STMT_ALLOC: {
         Buffer *b = st->u.alloc.buffer;
         if (b->scope != SCOPE_SHARED) return;
-        *offset = (*offset + 127) / 128 * 128;
+        int64_t align = b->async_kind == SHARED_ASYNC_SWIZZLE128 ? 1024
+                        : b->async_kind == SHARED_ASYNC_MBARRIER ? 8 : 128;
+        *offset = (*offset + align - 1) / align * align;
         b->shared_offset = *offset;
         *offset += plan_buffer(s, b, diag);
         return;
@@ -446,6 +477,10 @@ bool pass_plan_shared(Kernel *k, Diag *diag)
     int64_t offset = 0;
     plan_allocs(s, k->body, &offset, diag);
     k->shared_bytes = offset;
+    if (offset > MAX_SHARED_BYTES)
+        diag_error(diag, k->loc, "kernel '%s' needs %lld bytes of shared memory; "
+                   "a block can have at most %d (227 KB)", k->name,
+                   (long long)offset, MAX_SHARED_BYTES);
     k->state |= KSTATE_SHARED;
     return diag->errors == errors;
 }

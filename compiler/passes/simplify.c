@@ -72,7 +72,7 @@ static bool stmt_uses_var(const Stmt *st, const Var *v)
                ir_expr_uses_var(st->u.atomic.value, v);
     case STMT_EVAL: return ir_expr_uses_var(st->u.eval.value, v);
     case STMT_ASSERT: return ir_expr_uses_var(st->u.assert_.cond, v);
-    default: return false;
+    default: return ir_stmt_uses_var(st, v); /* the Hopper statements */
     }
 }
 

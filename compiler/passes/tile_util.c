@@ -171,9 +171,11 @@ Expr *pass_rewrite_expr(Expr *e, PassExprFn fn, void *ctx)
     return fn(ctx, e);
 }
 
+/* A region with no buffer (a COPY's barrier before lower_tma) has no
+ * starts. */
 static void rewrite_region(Region *r, PassExprFn fn, void *ctx)
 {
-    for (int d = 0; d < r->buffer->rank; d++)
+    for (int d = 0; r->buffer && d < r->buffer->rank; d++)
         r->start[d] = pass_rewrite_expr(r->start[d], fn, ctx);
 }
 
@@ -222,6 +224,26 @@ void pass_rewrite_stmt_exprs(Stmt *s, bool recurse, PassExprFn fn,
     case STMT_COPY:
         rewrite_region(&s->u.copy.src, fn, ctx);
         rewrite_region(&s->u.copy.dst, fn, ctx);
+        rewrite_region(&s->u.copy.barrier, fn, ctx);
+        break;
+    case STMT_GEMM:
+        rewrite_region(&s->u.gemm.a, fn, ctx);
+        rewrite_region(&s->u.gemm.b, fn, ctx);
+        break;
+    case STMT_MBARRIER:
+        rewrite_region(&s->u.mbarrier.bar, fn, ctx);
+        s->u.mbarrier.value = pass_rewrite_expr(s->u.mbarrier.value, fn, ctx);
+        break;
+    case STMT_TMA:
+        rewrite_region(&s->u.tma.smem, fn, ctx);
+        rewrite_region(&s->u.tma.bar, fn, ctx);
+        for (int d = 0; d < IR_MAX_RANK; d++)
+            s->u.tma.coords[d] = pass_rewrite_expr(s->u.tma.coords[d], fn, ctx);
+        break;
+    case STMT_WGMMA:
+        rewrite_region(&s->u.wgmma.a, fn, ctx);
+        rewrite_region(&s->u.wgmma.b, fn, ctx);
+        s->u.wgmma.scale_d = pass_rewrite_expr(s->u.wgmma.scale_d, fn, ctx);
         break;
     case STMT_FILL:
         rewrite_region(&s->u.fill.dst, fn, ctx);
@@ -243,6 +265,7 @@ void pass_rewrite_stmt_exprs(Stmt *s, bool recurse, PassExprFn fn,
     case STMT_BARRIER:
     case STMT_REDUCE:
     case STMT_RETURN:
+    case STMT_FENCE:
         break;
     case STMT_COUNT:
         ice("bad statement kind");
@@ -272,6 +295,70 @@ void pass_visit_stmts(Stmt *s, PassStmtFn fn, void *ctx)
     default:
         break;
     }
+}
+
+/* ---- buffer accesses --------------------------------------------------- */
+
+static void add_use(PassBufferUse *uses, int *count, Buffer *buffer,
+                    const Region *region, bool read, bool write)
+{
+    if (!buffer || *count == PASS_MAX_BUFFER_USES)
+        return;
+    uses[(*count)++] = (PassBufferUse){buffer, region, read, write};
+}
+
+int pass_stmt_buffer_uses(const Stmt *s, PassBufferUse uses[PASS_MAX_BUFFER_USES])
+{
+    int n = 0;
+    if (!s)
+        return 0;
+    switch (s->kind) {
+    case STMT_STORE:
+        add_use(uses, &n, s->u.store.buffer, NULL, false, true);
+        break;
+    case STMT_ATOMIC:
+        add_use(uses, &n, s->u.atomic.buffer, NULL, true, true);
+        break;
+    case STMT_COPY:
+        add_use(uses, &n, s->u.copy.src.buffer, &s->u.copy.src, true, false);
+        add_use(uses, &n, s->u.copy.dst.buffer, &s->u.copy.dst, false, true);
+        /* a TMA load completes its bytes on the mbarrier */
+        add_use(uses, &n, s->u.copy.barrier.buffer, &s->u.copy.barrier, true, true);
+        break;
+    case STMT_FILL:
+        add_use(uses, &n, s->u.fill.dst.buffer, &s->u.fill.dst, false, true);
+        break;
+    case STMT_REDUCE:
+        add_use(uses, &n, s->u.reduce.src, NULL, true, false);
+        add_use(uses, &n, s->u.reduce.dst, NULL, !s->u.reduce.clear, true);
+        break;
+    case STMT_GEMM:
+        add_use(uses, &n, s->u.gemm.a.buffer, &s->u.gemm.a, true, false);
+        add_use(uses, &n, s->u.gemm.b.buffer, &s->u.gemm.b, true, false);
+        add_use(uses, &n, s->u.gemm.c, NULL, !s->u.gemm.clear, true);
+        break;
+    case STMT_MBARRIER:
+        /* init, arrive and expect_tx change the barrier's state; wait
+         * only observes it */
+        add_use(uses, &n, s->u.mbarrier.bar.buffer, &s->u.mbarrier.bar, true,
+                s->u.mbarrier.op != MBAR_WAIT);
+        break;
+    case STMT_TMA:
+        add_use(uses, &n, s->u.tma.smem.buffer, &s->u.tma.smem, s->u.tma.store,
+                !s->u.tma.store);
+        add_use(uses, &n, s->u.tma.bar.buffer, &s->u.tma.bar, true, true);
+        break;
+    case STMT_WGMMA:
+        add_use(uses, &n, s->u.wgmma.a.buffer, &s->u.wgmma.a, true, false);
+        add_use(uses, &n, s->u.wgmma.b.buffer, &s->u.wgmma.b, true, false);
+        /* scale_d may be false at run time only: the accumulator counts
+         * as read */
+        add_use(uses, &n, s->u.wgmma.acc, NULL, true, true);
+        break;
+    default:
+        break;
+    }
+    return n;
 }
 
 /* ---- shapes ------------------------------------------------------------ */
@@ -331,6 +418,20 @@ Layout *pass_new_tile_layout(Kernel *k, int rank, const int64_t *extent,
     return l;
 }
 
+Layout *pass_new_mma_layout(Kernel *k, int64_t m, int64_t n, int warpgroups)
+{
+    Layout *l = arena_alloc(k->arena, sizeof *l);
+    l->kind = LAYOUT_MMA;
+    l->rank = 2;
+    l->extent[0] = m;
+    l->extent[1] = n;
+    l->warpgroups = warpgroups;
+    l->threads = 128 * warpgroups;
+    l->vec = 2;
+    l->slots = warpgroups > 0 ? m / (64 * (int64_t)warpgroups) : 0;
+    return l;
+}
+
 int64_t pass_layout_chunks(const Layout *l)
 {
     if (l->reduced)
@@ -340,8 +441,9 @@ int64_t pass_layout_chunks(const Layout *l)
 
 bool pass_layout_equal(const Layout *a, const Layout *b)
 {
-    if (a->rank != b->rank || a->threads != b->threads ||
-        a->vec != b->vec || a->reduced != b->reduced)
+    if (a->kind != b->kind || a->rank != b->rank || a->threads != b->threads ||
+        a->vec != b->vec || a->reduced != b->reduced ||
+        a->warpgroups != b->warpgroups)
         return false;
     for (int d = 0; d < a->rank; d++)
         if (a->extent[d] != b->extent[d])
@@ -359,6 +461,9 @@ bool pass_layout_equal(const Layout *a, const Layout *b)
 const char *pass_format_layout(Arena *arena, const Layout *l)
 {
     const char *shape = pass_format_extents(arena, l->extent, l->rank);
+    if (l->kind == LAYOUT_MMA)
+        return arena_printf(arena, "mma %s (%d threads, %d warpgroups)", shape,
+                            l->threads, l->warpgroups);
     if (!l->reduced)
         return arena_printf(arena, "tile %s (%d threads, vec %d)", shape,
                             l->threads, l->vec);

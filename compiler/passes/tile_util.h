@@ -49,6 +49,23 @@ void pass_rewrite_stmt_exprs(Stmt *s, bool recurse, PassExprFn fn,
 typedef void (*PassStmtFn)(void *ctx, Stmt *s);
 void pass_visit_stmts(Stmt *s, PassStmtFn fn, void *ctx);
 
+/* The buffers a statement itself reads and writes: a STORE's or ATOMIC's
+ * buffer, the regions of COPY (including its mbarrier), FILL, GEMM,
+ * MBARRIER, TMA and WGMMA, REDUCE's buffers.  Buffers read by the loads
+ * inside its expressions are not listed (walk those with
+ * pass_rewrite_stmt_exprs or the expressions themselves), nor anything in
+ * nested bodies.  An mbarrier a TMA load or copy completes on is read and
+ * written; an mbarrier WAIT only reads.  Returns the count. */
+#define PASS_MAX_BUFFER_USES 4
+typedef struct {
+    Buffer *buffer;
+    const Region *region; /* NULL for STORE, ATOMIC, REDUCE, GEMM's C and
+                             WGMMA's accumulator (whole buffer / indices) */
+    bool read, write;
+} PassBufferUse;
+int pass_stmt_buffer_uses(const Stmt *s,
+                          PassBufferUse uses[PASS_MAX_BUFFER_USES]);
+
 /* diag_error, and *ok = false: how a tile pass reports a user error and
  * remembers that it failed. */
 void pass_error(Diag *diag, bool *ok, Loc loc, const char *fmt, ...)
@@ -68,6 +85,10 @@ const char *pass_format_extents(Arena *arena, const int64_t *extent,
 /* Layouts (see the Layout comment in ir.h). */
 Layout *pass_new_tile_layout(Kernel *k, int rank, const int64_t *extent,
                              int threads, int vec);
+/* The MMA layout of an [m, n] tile over `warpgroups` warpgroups
+ * (docs/hopper.md 4): threads 128*warpgroups, vec 2 (the two adjacent
+ * columns a thread holds), slots m / (64*warpgroups). */
+Layout *pass_new_mma_layout(Kernel *k, int64_t m, int64_t n, int warpgroups);
 int64_t pass_layout_chunks(const Layout *l); /* prod(extent)/vec; reduced:
                                                 the parent's chunks */
 bool pass_layout_equal(const Layout *a, const Layout *b);

@@ -1,11 +1,308 @@
 /*
- * warp_specialize.c -- (being written; see docs/hopper.md).  Until then the pass
- * changes nothing.
+ * warp_specialize.c -- splits the block into consumer warpgroups and one
+ * producer warpgroup around a pipelined loop of TMA copies.
+ *
+ * When every shared input of a pipelined loop arrives by TMA, the copies
+ * need one thread and almost no registers, while the gemm wants every
+ * register it can get.  So the block grows by one warpgroup (threads
+ * [C, C+128)) that gives registers away (setmaxnreg_dec 40) and lets one
+ * thread issue the copies; the C consumer threads take the registers
+ * (setmaxnreg_inc) and run everything else (docs/hopper.md section 3):
+ *
+ *     <shared allocs>
+ *     if thread_idx() >= C  [warp_specialized] {
+ *       fence setmaxnreg_dec 40
+ *       if thread_idx() == C { <lets the copies need>
+ *         for k in pipelined(...) role producer pipe 0 { <the TMA copies> } }
+ *     } else {
+ *       fence setmaxnreg_inc R
+ *       <statements before the loop>
+ *       for k in pipelined(...) role consumer pipe 0 { <everything else> }
+ *       <statements after the loop>
+ *     }
+ *
+ * The producer loop holds the body's skeleton (async_skeleton: the copies,
+ * the guards around them, the lets they read); pipeline_loops then adds
+ * the full/empty mbarrier protocol to the pair.  Block-wide barriers
+ * already in the consumer branch become the named barrier `1, C`, the one
+ * the consumers can reach without the producer.
+ *
+ * A loop qualifies when it is the kernel's only pipelined loop, sits at the
+ * top of the launch body, every copy in its body writing shared memory is
+ * a pipelined TMA copy, nothing else in the body writes those buffers, the
+ * copies read only values the producer can compute, and the block has a
+ * multiple of 128 threads (at most 896).  Hint off: nothing happens; on:
+ * a loop that does not qualify is an error giving the reason.
+ *
+ * requires: lower_tma.  guarantees: at most one warp_specialized IF, at
+ * the top of the body; Kernel.threads = compute_threads + 128 and
+ * min_blocks = 1 when it is there.
  */
-#include "../ir.h"
+#include "async_util.h"
 
-bool pass_warp_specialize(Kernel *k, Diag *diag) {
-    (void)k;
-    (void)diag;
+#define PRODUCER_THREADS 128
+#define PRODUCER_REGISTERS 40
+#define MAX_REGISTERS 240
+#define REGISTER_FILE 65536
+#define MAX_BLOCK_THREADS 1024
+
+typedef struct {
+    Kernel *k;
+    int loops;           /* pipelined loops in the kernel */
+    Stmt *loop;          /* the first one */
+    PtrVec dup_vars;     /* lets before the loop the producer recomputes */
+    const Var *loop_var;
+} WsCtx;
+
+static void count_loops(void *opaque, Stmt *s)
+{
+    WsCtx *w = opaque;
+    if (s->kind == STMT_FOR && s->u.loop.kind == LOOP_PIPELINED) {
+        if (!w->loop)
+            w->loop = s;
+        w->loops++;
+    }
+}
+
+static bool member(const PtrVec *set, const void *item)
+{
+    for (int i = 0; i < set->count; i++)
+        if (set->items[i] == item)
+            return true;
+    return false;
+}
+
+/* Buffers the loop's pipe copies write. */
+static void tma_destinations(Kernel *k, const Stmt *s, PtrVec *out)
+{
+    if (!s)
+        return;
+    if (s->kind == STMT_SEQ)
+        for (int i = 0; i < s->u.seq.count; i++)
+            tma_destinations(k, s->u.seq.items[i], out);
+    else if (s->kind == STMT_IF) {
+        tma_destinations(k, s->u.if_.then_body, out);
+        tma_destinations(k, s->u.if_.else_body, out);
+    } else if (async_is_pipe_copy(s) && !member(out, s->u.copy.dst.buffer))
+        vec_push(k->arena, out, s->u.copy.dst.buffer);
+}
+
+/* Why the body's writes of shared memory are not all pipe copies, or
+ * NULL.  `top` is false inside nested loops, where pipe copies are not. */
+static const char *body_problem(Kernel *k, const Stmt *s, const PtrVec *dst,
+                                bool top)
+{
+    if (!s)
+        return NULL;
+    const char *why = NULL;
+    switch (s->kind) {
+    case STMT_SEQ:
+        for (int i = 0; i < s->u.seq.count && !why; i++)
+            why = body_problem(k, s->u.seq.items[i], dst, top);
+        return why;
+    case STMT_IF:
+        why = body_problem(k, s->u.if_.then_body, dst, top);
+        return why ? why : body_problem(k, s->u.if_.else_body, dst, top);
+    case STMT_FOR:
+        return body_problem(k, s->u.loop.body, dst, false);
+    case STMT_PARALLEL:
+        return body_problem(k, s->u.parallel.body, dst, false);
+    case STMT_COPY: {
+        const Buffer *b = s->u.copy.dst.buffer;
+        if (b->scope != SCOPE_SHARED)
+            return NULL;
+        if (top && async_is_pipe_copy(s))
+            return NULL;
+        return arena_printf(k->arena, "the copy '%s' -> '%s' in the loop is "
+                            "not a pipelined TMA copy", s->u.copy.src.buffer->name,
+                            b->name);
+    }
+    case STMT_STORE:
+        if (member(dst, s->u.store.buffer))
+            return arena_printf(k->arena, "'%s' is written by the TMA copies "
+                                "and by other statements", s->u.store.buffer->name);
+        return NULL;
+    case STMT_FILL:
+        if (member(dst, s->u.fill.dst.buffer))
+            return arena_printf(k->arena, "'%s' is written by the TMA copies "
+                                "and by other statements", s->u.fill.dst.buffer->name);
+        return NULL;
+    case STMT_ATOMIC:
+        if (member(dst, s->u.atomic.buffer))
+            return arena_printf(k->arena, "'%s' is written by the TMA copies "
+                                "and by other statements", s->u.atomic.buffer->name);
+        return NULL;
+    default:
+        return NULL;
+    }
+}
+
+static bool producer_knows(void *opaque, const Var *v)
+{
+    WsCtx *w = opaque;
+    if (v->kind == VAR_SYMBOL || v->kind == VAR_SCALAR || v->kind == VAR_BLOCK)
+        return true;
+    return v == w->loop_var || member(&w->dup_vars, v);
+}
+
+static bool expr_known(WsCtx *w, const Expr *e)
+{
+    /* a one-statement skeleton checks exactly the expression */
+    Stmt probe = {.kind = STMT_IF};
+    probe.u.if_.cond = (Expr *)e;
+    return async_missing_var(&probe, producer_knows, w) == NULL;
+}
+
+/* Why the loop does not qualify, or NULL; *index is its place in the
+ * top-level sequence. */
+static const char *qualify(WsCtx *w, int *index, Stmt **skeleton)
+{
+    Kernel *k = w->k;
+    Arena *a = k->arena;
+    pass_visit_stmts(k->body, count_loops, w);
+    if (w->loops == 0)
+        return "the kernel has no pipelined loop";
+    if (w->loops > 1)
+        return arena_printf(a, "the kernel has %d pipelined loops (warp "
+                            "specialisation handles one)", w->loops);
+    Stmt *body = k->body;
+    *index = -1;
+    for (int i = 0; body->kind == STMT_SEQ && i < body->u.seq.count; i++)
+        if (body->u.seq.items[i] == w->loop)
+            *index = i;
+    if (*index < 0)
+        return "the pipelined loop is not at the top level of the launch body";
+    int C = k->compute_threads;
+    if (C % PRODUCER_THREADS != 0)
+        return arena_printf(a, "the block has %d threads, not a multiple of %d",
+                            C, PRODUCER_THREADS);
+    if (C + PRODUCER_THREADS > MAX_BLOCK_THREADS)
+        return arena_printf(a, "the block has %d threads; with the producer "
+                            "warpgroup it would exceed %d", C, MAX_BLOCK_THREADS);
+    PtrVec dst = {0};
+    tma_destinations(k, w->loop->u.loop.body, &dst);
+    if (dst.count == 0)
+        return "no copy in the pipelined loop is a TMA copy";
+    const char *why = body_problem(k, w->loop->u.loop.body, &dst, true);
+    if (why)
+        return why;
+    /* the lets before the loop that the producer can recompute */
+    for (int i = 0; i < *index; i++) {
+        Stmt *s = body->u.seq.items[i];
+        if (s->kind == STMT_LET && s->u.let.var->kind == VAR_LET &&
+            async_uniform_scalar(s->u.let.value) && expr_known(w, s->u.let.value))
+            vec_push(a, &w->dup_vars, s->u.let.var);
+    }
+    w->loop_var = w->loop->u.loop.var;
+    if (!expr_known(w, w->loop->u.loop.begin) || !expr_known(w, w->loop->u.loop.end))
+        return "the loop bounds depend on values the producer warpgroup does "
+               "not compute";
+    *skeleton = async_skeleton(k, w->loop->u.loop.body);
+    const Var *missing = async_missing_var(*skeleton, producer_knows, w);
+    if (missing)
+        return arena_printf(a, "a TMA copy depends on '%s', which the producer "
+                            "warpgroup does not compute", missing->name);
+    return NULL;
+}
+
+/* Block-wide barriers of the consumer branch become `bar.sync 1, C`. */
+static void name_barriers(void *opaque, Stmt *s)
+{
+    Kernel *k = opaque;
+    if (s->kind == STMT_BARRIER && !s->u.barrier.warp_only && s->u.barrier.id == 0) {
+        s->u.barrier.id = 1;
+        s->u.barrier.threads = k->compute_threads;
+    }
+}
+
+static Stmt *pipelined_loop(Kernel *k, const Stmt *loop, PipeRole role,
+                            Stmt *body)
+{
+    Stmt *s = ir_new_stmt(k, STMT_FOR, loop->loc);
+    s->u.loop = loop->u.loop;
+    s->u.loop.role = role;
+    s->u.loop.pipe_id = 0;
+    s->u.loop.body = body;
+    return s;
+}
+
+static void split(WsCtx *w, int index, Stmt *skeleton)
+{
+    Kernel *k = w->k;
+    Stmt *body = k->body, *loop = w->loop;
+    Loc loc = loop->loc;
+    int C = k->compute_threads;
+    Stmt *top = ir_seq(k, NULL, 0);
+    top->loc = body->loc;
+    Stmt *producer = ir_seq(k, NULL, 0);
+    Stmt *consumer = ir_seq(k, NULL, 0);
+    int registers = (REGISTER_FILE - PRODUCER_THREADS * PRODUCER_REGISTERS) / C / 8 * 8;
+    if (registers > MAX_REGISTERS)
+        registers = MAX_REGISTERS;
+    ir_seq_append(k, consumer, async_fence(k, FENCE_SETMAXNREG_INC, registers, loc));
+    for (int i = 0; i < index; i++) {
+        Stmt *s = body->u.seq.items[i];
+        bool shared_alloc = s->kind == STMT_ALLOC &&
+                            s->u.alloc.buffer->scope == SCOPE_SHARED;
+        ir_seq_append(k, shared_alloc ? top : consumer, s);
+        if (s->kind == STMT_LET && member(&w->dup_vars, s->u.let.var))
+            ir_seq_append(k, producer, s);
+    }
+    /* the skeleton shares nodes with the consumer's body: copy it (and the
+     * lets, whose vars are cloned) before the consumer's copies go */
+    ir_seq_append(k, producer, pipelined_loop(k, loop, PIPE_PRODUCER, skeleton));
+    producer = ir_copy_stmt(k, producer);
+    Stmt *consumer_loop = pipelined_loop(k, loop, PIPE_CONSUMER,
+                                         async_strip(k, loop->u.loop.body));
+    ir_seq_append(k, consumer, consumer_loop);
+    for (int i = index + 1; i < body->u.seq.count; i++)
+        ir_seq_append(k, consumer, body->u.seq.items[i]);
+    pass_visit_stmts(consumer, name_barriers, k);
+
+    Stmt *producer_branch = ir_seq(k, NULL, 0);
+    ir_seq_append(k, producer_branch,
+                  async_fence(k, FENCE_SETMAXNREG_DEC, PRODUCER_REGISTERS, loc));
+    ir_seq_append(k, producer_branch, async_if(k, async_thread_is(k, C), producer, loc));
+    Stmt *split_if = ir_new_stmt(k, STMT_IF, loc);
+    split_if->u.if_.cond = ir_binary(k, BIN_GE,
+                                     ir_call(k, INTR_THREAD_IDX, PASS_INDEX_TYPE, NULL, 0),
+                                     pass_index(k, C));
+    split_if->u.if_.then_body = producer_branch;
+    split_if->u.if_.else_body = consumer;
+    split_if->u.if_.warp_specialized = true;
+    ir_seq_append(k, top, split_if);
+    k->body = top;
+    k->threads = C + PRODUCER_THREADS;
+    k->min_blocks = 1;
+}
+
+static void find_split(void *opaque, Stmt *s)
+{
+    bool *found = opaque;
+    if (s->kind == STMT_IF && s->u.if_.warp_specialized)
+        *found = true;
+}
+
+bool pass_warp_specialize(Kernel *k, Diag *diag)
+{
+    if (k->hint_warp_specialize == HINT_OFF || !k->body)
+        return true;
+    bool done = false;
+    pass_visit_stmts(k->body, find_split, &done);
+    if (done)
+        return true;
+    WsCtx w = {.k = k};
+    int index = -1;
+    Stmt *skeleton = NULL;
+    const char *why = qualify(&w, &index, &skeleton);
+    if (why) {
+        if (k->hint_warp_specialize == HINT_ON) {
+            diag_error(diag, w.loop ? w.loop->loc : k->loc,
+                       "warp_specialize = on, but %s", why);
+            return false;
+        }
+        return true;
+    }
+    split(&w, index, skeleton);
     return true;
 }

@@ -559,6 +559,41 @@ TK_API tk_status tk_per_token_cast_with_precomputed_sf(const tk_tensor *x,
                                                        const tk_tensor *out,
                                                        tk_stream stream);
 
+/* ---- GEMM (kernels/gemm.tk, docs/hopper.md) ---------------------------
+ * d[M, N] = a[M, K] * b[N, K]^T: b holds the rows of B^T (the weight
+ * layout "N x K", K-major, of DeepSeek-V3's linear layers).  Accumulation
+ * in f32, d rounded to bf16 (RNE).  a, b and d contiguous and 16-byte
+ * aligned; N % 8 == 0.  M, N and K need not be multiples of any tile.
+ * M == 0 or N == 0 does nothing; K == 0 sets d to zero.  Results are not
+ * bit-reproducible against other libraries (the f32 summation order is
+ * the kernel's); tests hold them to ||d - ref|| / ||ref|| < 2e-3. */
+
+/* a bf16 (M, K), b bf16 (N, K), d bf16 (M, N), K % 8 == 0. */
+TK_API tk_status tk_gemm_bf16(const tk_tensor *a, const tk_tensor *b,
+                              const tk_tensor *d, tk_stream stream);
+
+/* The fp8 block-scaled GEMM of DeepSeek-V3:
+ *   d[i, j] = sum over K blocks kb of
+ *             (sum_{k in kb} f32(a[i, k]) * f32(b[j, k]))
+ *             * sfa[i, kb] * sfb[j / 128, kb]
+ * with K blocks of 128 (the last may be partial), the inner sums in f32
+ * from the tensor cores and promoted to the f32 accumulator per block.
+ * a e4m3 (M, K), b e4m3 (N, K), K % 16 == 0, d bf16 (M, N).
+ * sfa: f32 (M, ceil(K/128)), exactly as tk_per_token_cast(a's source,
+ * 128, ..., TK_SF_COL_MAJOR) writes it: strides (1, align(M, 4)), the
+ * buffer of tk_sf_desc(M, K, 1, 128, TK_SF_COL_MAJOR) (all of it is
+ * read; the padding rows do not affect d).  Row-major and packed UE8M0 scales are
+ * refused (TK_ERROR_INVALID_ARGUMENT / TK_ERROR_UNSUPPORTED): the kernel
+ * loads each K block's scales with one TMA box.
+ * sfb: f32 (ceil(N/128), ceil(K/128)), one scale per 128 x 128 block of
+ * b as tk_per_block_cast(..., 128, 128, ...) writes it, any strides
+ * (row- or column-major).  Every scale tensor 16-byte aligned. */
+TK_API tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a,
+                                         const tk_tensor *sfa,
+                                         const tk_tensor *b,
+                                         const tk_tensor *sfb,
+                                         const tk_tensor *d, tk_stream stream);
+
 /* unpack_from_e2m1fn_x2 on host memory (no GPU): `bytes` packed bytes at x
  * become 2 * bytes values at out (TK_F32 or TK_BF16): element 2j from the
  * low nibble of byte j, 2j+1 from the high one; code 8 is -0.0. */

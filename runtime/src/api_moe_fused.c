@@ -8,7 +8,8 @@
  * other rows to an `any_*` instance element by element (`any` = bytes for
  * the scaled form).  Scale factors are copied as 32-bit words too: f32
  * scales and packed UE8M0 words alike.  reduce_fused picks its instance by
- * (input, output) dtype; the optional inputs (weights, row scales, output
+ * (input, output) dtype and by whether H is a multiple of the wide
+ * instance's block width; the optional inputs (weights, row scales, output
  * scale) reach the kernel as empty tensors when absent.
  */
 #include "tk_internal.h"
@@ -275,18 +276,36 @@ tk_status tk_expand_to_fused_with_sf(const tk_tensor *x, const tk_tensor *x_sf,
 
 /* ---- reduce_fused ---------------------------------------------------------- */
 
+/* Two instances per (input, output) dtype pair (kernels/moe_fused.tk): one
+ * whose block covers `columns` columns with several vectors per thread
+ * (7168 = TileKernels' hidden size, or half of it), taken when `columns`
+ * divides H, and an `_any` one with 2048-column blocks and bounds checks
+ * for every other H. */
+typedef tk_status (*tk__reduce_fused_launcher)(const tk_tensor *,
+                                               const tk_tensor *,
+                                               const tk_tensor *,
+                                               const tk_tensor *,
+                                               const tk_tensor *,
+                                               const tk_tensor *, tk_stream);
+
 static const struct {
     tk_dtype in, out;
-    const char *name;
-    tk_status (*launcher)(const tk_tensor *, const tk_tensor *,
-                          const tk_tensor *, const tk_tensor *,
-                          const tk_tensor *, const tk_tensor *, tk_stream);
+    int64_t columns;
+    const char *name, *any_name;
+    tk__reduce_fused_launcher launcher, any_launcher;
 } tk__reduce_fused_instances[] = {
-    {TK_F32, TK_F32, "reduce_fused__f32", tkl_reduce_fused__f32},
-    {TK_BF16, TK_BF16, "reduce_fused__bf16", tkl_reduce_fused__bf16},
-    {TK_F32, TK_E4M3, "reduce_fused__f32_e4m3", tkl_reduce_fused__f32_e4m3},
-    {TK_BF16, TK_E4M3, "reduce_fused__bf16_e4m3", tkl_reduce_fused__bf16_e4m3},
-    {TK_E4M3, TK_E4M3, "reduce_fused__e4m3", tkl_reduce_fused__e4m3},
+    {TK_F32, TK_F32, 3584, "reduce_fused__f32", "reduce_fused__f32_any",
+     tkl_reduce_fused__f32, tkl_reduce_fused__f32_any},
+    {TK_BF16, TK_BF16, 7168, "reduce_fused__bf16", "reduce_fused__bf16_any",
+     tkl_reduce_fused__bf16, tkl_reduce_fused__bf16_any},
+    {TK_F32, TK_E4M3, 3584, "reduce_fused__f32_e4m3",
+     "reduce_fused__f32_e4m3_any", tkl_reduce_fused__f32_e4m3,
+     tkl_reduce_fused__f32_e4m3_any},
+    {TK_BF16, TK_E4M3, 7168, "reduce_fused__bf16_e4m3",
+     "reduce_fused__bf16_e4m3_any", tkl_reduce_fused__bf16_e4m3,
+     tkl_reduce_fused__bf16_e4m3_any},
+    {TK_E4M3, TK_E4M3, 7168, "reduce_fused__e4m3", "reduce_fused__e4m3_any",
+     tkl_reduce_fused__e4m3, tkl_reduce_fused__e4m3_any},
 };
 
 /* An optional f32 input: NULL, or rank `rank`, f32, contiguous, with
@@ -397,11 +416,15 @@ tk_status tk_reduce_fused(const tk_tensor *x, const tk_tensor *x_sf,
         if (tk__reduce_fused_instances[i].in != x->dtype ||
             tk__reduce_fused_instances[i].out != out->dtype)
             continue;
-        tk__set_last_instance(tk__reduce_fused_instances[i].name);
-        return tk__reduce_fused_instances[i].launcher(
-            &input, topk_weights ? topk_weights : &no_weights,
-            token_topk_to_pos, x_sf ? x_sf : &no_row_scales,
-            sf ? sf : &no_scale, out, stream);
+        bool whole = hidden % tk__reduce_fused_instances[i].columns == 0;
+        tk__set_last_instance(whole ? tk__reduce_fused_instances[i].name
+                                    : tk__reduce_fused_instances[i].any_name);
+        tk__reduce_fused_launcher launcher =
+            whole ? tk__reduce_fused_instances[i].launcher
+                  : tk__reduce_fused_instances[i].any_launcher;
+        return launcher(&input, topk_weights ? topk_weights : &no_weights,
+                        token_topk_to_pos, x_sf ? x_sf : &no_row_scales,
+                        sf ? sf : &no_scale, out, stream);
     }
     return tk__fail(TK_ERROR_UNSUPPORTED,
                     "%s: no instance for %s input and %s output (shipped: "

@@ -87,6 +87,7 @@ static const struct {
     TK_ENTRY(cuOccupancyMaxActiveBlocksPerMultiprocessor,
              "cuOccupancyMaxActiveBlocksPerMultiprocessor",
              "cuOccupancyMaxActiveBlocksPerMultiprocessor"),
+    TK_ENTRY(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled"),
 #undef TK_ENTRY
 };
 #define TK_DRIVER_ENTRY_COUNT \

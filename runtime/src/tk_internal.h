@@ -77,6 +77,13 @@ typedef struct tk__driver_api {
                                           void **);
     CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction,
                                                            int, size_t);
+    /* TMA descriptors (tensor_map.c) */
+    CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType,
+                                       cuuint32_t, void *, const cuuint64_t *,
+                                       const cuuint64_t *, const cuuint32_t *,
+                                       const cuuint32_t *, CUtensorMapInterleave,
+                                       CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                       CUtensorMapFloatOOBfill);
 } tk__driver_api;
 
 /* Loads the driver (once) and makes a context current; on failure returns
@@ -96,6 +103,27 @@ TK_INTERNAL const char *tk__dtype_name(tk_dtype dtype);
 TK_INTERNAL tk_status tk__launch(const char *name, const uint32_t grid[3],
                                  uint32_t threads, uint32_t shared_bytes,
                                  void **params, tk_stream stream);
+
+/* The CUtensorMap of a TMA copy (docs/hopper.md 8; tensor_map.c): the
+ * tensor's dtype (8-bit floats as UINT8), dims and byte strides innermost
+ * first, element strides 1, no interleave, the swizzle (0 or 128 bytes;
+ * 32 and 64 are accepted too), 128-byte L2 promotion, zero fill out of
+ * bounds.  box[0..rank) is row-major (outermost first), like the IR's.
+ * Checked first, without the driver, so a bad tensor is
+ * TK_ERROR_INVALID_ARGUMENT naming `kernel: name` even on a machine with
+ * no GPU: rank 1..5 and equal to the tensor's, a dtype TMA can move,
+ * base 16-byte aligned, last stride 1, other strides multiples of 16
+ * bytes below 2^40, dims at most 2^32, box extents 1..256, the inner box
+ * a multiple of 16 bytes and within the swizzle span.  An empty tensor
+ * gets an all-zero map (its kernel never issues a copy of it: its loops
+ * are empty).  Encodings are cached per (address, dtype, dims, strides,
+ * box, swizzle) in a small lock-protected table, so a repeated launch
+ * costs a lookup; the driver is needed only for a new encoding (no
+ * driver: TK_ERROR_NO_DEVICE). */
+TK_INTERNAL tk_status tk__tensor_map(const char *kernel, const char *name,
+                                     const tk_tensor *tensor, int rank,
+                                     const int64_t *box, int swizzle_bytes,
+                                     CUtensorMap *out);
 
 /* Records tk__fail(status, "<fmt>: <driver's error string> (CUresult N)"):
  * the common shape of every driver failure message. */

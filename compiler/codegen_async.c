@@ -1,0 +1,578 @@
+/*
+ * codegen_async.c -- the thread-level Hopper statements to LLVM IR:
+ * MBARRIER, TMA, WGMMA and FENCE (docs/hopper.md section 6).
+ *
+ * Everything here is an NVVM intrinsic (toolchain.md 4) except
+ * wgmma.mma_async, which LLVM 22 has no intrinsic for and is inline asm.
+ * The intrinsics and the asm have side effects, so LLVM keeps them in
+ * program order with each other and with every shared-memory access.
+ *
+ *   mbarrier  init.shared / arrive.shared / arrive.expect.tx (scope and
+ *             space cta) on the addrspace(3) address of the element; a
+ *             wait is a loop around try.wait.parity, which itself blocks
+ *             for a hardware time limit, so the loop rarely turns.
+ *   tma       cp.async.bulk.tensor.{g2s,s2g}.tile.<rank>d with the
+ *             tensor map parameter and the coordinates innermost first
+ *             (the IR keeps them outermost first, like the box).  The
+ *             shared side is the linear (unswizzled) address of the box
+ *             origin: TMA swizzles by address bits itself.
+ *   wgmma     one asm statement with n/2 "+f" accumulators taken from the
+ *             LOCAL array at constant indices, so SROA turns the array
+ *             into registers; operands are shared-memory descriptors
+ *             computed here from the planned layout, or four .b32
+ *             registers of A.  After `wgmma_wait 0` the accumulators are
+ *             passed through an empty asm (CUTLASS's
+ *             warpgroup_fence_operand) so that no use of them is
+ *             scheduled before the wait.
+ *   fence     one intrinsic each.
+ *
+ * Requires thread-level IR with shared memory planned; wgmma operands in
+ * the 128-byte swizzled layout (SHARED_ASYNC_SWIZZLE128: rows of exactly
+ * 128 bytes, swizzle_shift 0, base 1024-byte aligned).  Guarantees: bad
+ * operands (shapes, dtypes, layouts a pass should not have produced) are
+ * reported through cg_error, never handed to LLVM, whose errors here
+ * would abort the process.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen_llvm.h"
+
+/* Matrix descriptor fields (PTX ISA, "Matrix Descriptor Format"). */
+#define DESC_SWIZZLE128 1ull       /* bits 62-63: 128-byte swizzle */
+#define DESC_SWIZZLE_BYTES 128     /* one swizzled row */
+#define DESC_ATOM_BYTES 1024       /* eight swizzled rows: the SBO */
+
+static LLVMTypeRef i32_type(Codegen *cg) { return LLVMInt32TypeInContext(cg->context); }
+static LLVMTypeRef i64_type(Codegen *cg) { return LLVMInt64TypeInContext(cg->context); }
+
+static LLVMValueRef i64_const(Codegen *cg, uint64_t v) {
+    return LLVMConstInt(i64_type(cg), v, 0);
+}
+
+static int element_bytes(DType t) { return (ir_dtype_bits(t) + 7) / 8; }
+
+/* An integer expression as i32. */
+static LLVMValueRef int_value(Codegen *cg, const Expr *e) {
+    LLVMValueRef v = cg_expr(cg, e);
+    return e->dtype == DT_I32 ? v : cg_convert(cg, v, e->dtype, DT_I32, 1, e->loc);
+}
+
+/* The addrspace(3) address of one mbarrier object (a u64 element). */
+static LLVMValueRef barrier_address(Codegen *cg, const Region *bar, Loc loc) {
+    const Buffer *b = bar->buffer;
+    if (!b || b->scope != SCOPE_SHARED || ir_dtype_bits(b->dtype) != 64) {
+        cg_error(cg, loc, "an mbarrier must be a 64-bit element of a shared buffer");
+        return NULL;
+    }
+    LLVMValueRef index[IR_MAX_RANK];
+    cg_region_start(cg, bar, index);
+    return cg_shared_pointer(cg, cg_shared_offset(cg, b, index, true));
+}
+
+/* ---- mbarrier ---------------------------------------------------------- */
+
+/* Spins on try_wait.parity until the phase of `parity` has completed. */
+static void emit_wait(Codegen *cg, LLVMValueRef bar, LLVMValueRef parity) {
+    LLVMBasicBlockRef spin = cg_new_block(cg, "mbarrier.wait");
+    LLVMBasicBlockRef done = cg_new_block(cg, "mbarrier.done");
+    LLVMBuildBr(cg->builder, spin);
+    LLVMPositionBuilderAtEnd(cg->builder, spin);
+    LLVMValueRef args[2] = {bar, parity};
+    LLVMValueRef ready = cg_call_intrinsic(
+        cg, "llvm.nvvm.mbarrier.try.wait.parity.scope.cta.space.cta", NULL, 0, args, 2);
+    LLVMBuildCondBr(cg->builder, ready, done, spin);
+    LLVMPositionBuilderAtEnd(cg->builder, done);
+}
+
+void cg_mbarrier(Codegen *cg, const Stmt *s) {
+    LLVMValueRef bar = barrier_address(cg, &s->u.mbarrier.bar, s->loc);
+    if (!bar) return;
+    MbarrierOp op = s->u.mbarrier.op;
+    LLVMValueRef value = NULL;
+    if (ir_mbarrier_op_has_value(op)) {
+        if (!s->u.mbarrier.value) {
+            cg_error(cg, s->loc, "mbarrier %s needs a value", ir_mbarrier_op_name(op));
+            return;
+        }
+        value = int_value(cg, s->u.mbarrier.value);
+    }
+    switch (op) {
+    case MBAR_INIT: {
+        LLVMValueRef args[2] = {bar, value};
+        cg_call_intrinsic(cg, "llvm.nvvm.mbarrier.init.shared", NULL, 0, args, 2);
+        return;
+    }
+    case MBAR_ARRIVE:
+        cg_call_intrinsic(cg, "llvm.nvvm.mbarrier.arrive.shared", NULL, 0, &bar, 1);
+        return;
+    case MBAR_EXPECT_TX: {
+        LLVMValueRef args[2] = {bar, value};
+        cg_call_intrinsic(cg, "llvm.nvvm.mbarrier.arrive.expect.tx.scope.cta.space.cta",
+                          NULL, 0, args, 2);
+        return;
+    }
+    case MBAR_WAIT:
+        /* only the parity bit means anything to try_wait.parity */
+        emit_wait(cg, bar, LLVMBuildAnd(cg->builder, value, cg_i32(cg, 1), ""));
+        return;
+    case MBAR_COUNT: break;
+    }
+    ice("bad mbarrier operation %d", (int)op);
+}
+
+/* ---- TMA --------------------------------------------------------------- */
+
+void cg_tma(Codegen *cg, const Stmt *s) {
+    const Kernel *k = cg->kernel;
+    int index = s->u.tma.tensor_map;
+    if (index < 0 || index >= k->ntensor_maps) {
+        cg_error(cg, s->loc, "tma statement names tensor map %d; the kernel has %d",
+                 index, k->ntensor_maps);
+        return;
+    }
+    const TensorMap *map = &k->tensor_maps[index];
+    const Region *smem = &s->u.tma.smem;
+    if (map->rank < 1 || map->rank > 5) {
+        cg_error(cg, s->loc, "a TMA tensor map has rank 1 to 5, not %d", map->rank);
+        return;
+    }
+    if (!smem->buffer || smem->buffer->scope != SCOPE_SHARED) {
+        cg_error(cg, s->loc, "the shared side of a TMA copy is not a shared buffer");
+        return;
+    }
+    LLVMValueRef origin[IR_MAX_RANK];
+    cg_region_start(cg, smem, origin);
+    LLVMValueRef shared = cg_shared_pointer(cg, cg_shared_offset(cg, smem->buffer, origin, false));
+
+    /* coordinates innermost first */
+    LLVMValueRef coords[5];
+    for (int d = 0; d < map->rank; d++) {
+        const Expr *c = s->u.tma.coords[map->rank - 1 - d];
+        if (!c) {
+            cg_error(cg, s->loc, "TMA coordinate %d is missing", map->rank - 1 - d);
+            return;
+        }
+        coords[d] = int_value(cg, c);
+    }
+    LLVMContextRef c = cg->context;
+    LLVMValueRef no = LLVMConstInt(LLVMInt1TypeInContext(c), 0, 0);
+    LLVMValueRef args[16];
+    int n = 0;
+    char name[64];
+    if (!s->u.tma.store) {
+        LLVMValueRef bar = barrier_address(cg, &s->u.tma.bar, s->loc);
+        if (!bar) return;
+        args[n++] = LLVMBuildAddrSpaceCast(
+            cg->builder, shared, LLVMPointerTypeInContext(c, CG_ADDRSPACE_SHARED_CLUSTER), "");
+        args[n++] = bar;
+        args[n++] = cg->tensor_maps[index];
+        for (int d = 0; d < map->rank; d++) args[n++] = coords[d];
+        args[n++] = LLVMConstInt(LLVMInt16TypeInContext(c), 0, 0); /* cta_mask */
+        args[n++] = i64_const(cg, 0);                               /* cache_hint */
+        args[n++] = no;                                             /* use cta_mask */
+        args[n++] = no;                                             /* use cache_hint */
+        args[n++] = cg_i32(cg, 0);                                  /* cta_group */
+        snprintf(name, sizeof name, "llvm.nvvm.cp.async.bulk.tensor.g2s.tile.%dd", map->rank);
+    } else {
+        args[n++] = shared;
+        args[n++] = cg->tensor_maps[index];
+        for (int d = 0; d < map->rank; d++) args[n++] = coords[d];
+        args[n++] = i64_const(cg, 0); /* cache_hint */
+        args[n++] = no;               /* use cache_hint */
+        snprintf(name, sizeof name, "llvm.nvvm.cp.async.bulk.tensor.s2g.tile.%dd", map->rank);
+    }
+    cg_call_intrinsic(cg, name, NULL, 0, args, n);
+}
+
+/* ---- wgmma ------------------------------------------------------------- */
+
+static const char *wgmma_type_name(DType t) {
+    switch (t) {
+    case DT_BF16: return "bf16";
+    case DT_F16: return "f16";
+    case DT_E4M3: return "e4m3";
+    case DT_E5M2: return "e5m2";
+    default: return NULL;
+    }
+}
+
+/* The 64-bit matrix descriptor of the operand tile starting at region r
+ * (docs/hopper.md 6): start address (linear, of the region origin, in the
+ * shared window) >> 4 in bits 0-13, LBO 1 (16 bytes; unused by the
+ * 128-byte swizzled layouts when the operand's MN extent fits in one
+ * row), SBO 1024 >> 4 in bits 32-45 (the next group of eight 128-byte
+ * rows, along M/N for K-major and along K for MN-major operands), layout
+ * type 1 in bits 62-63.  Base offset (bits 49-51) is 0: the buffer is
+ * 1024-byte aligned and K steps stay inside the first 128 bytes of a row
+ * (K-major) or move by whole 8-row groups (MN-major). */
+static LLVMValueRef descriptor(Codegen *cg, const Region *r, Loc loc, const char *what) {
+    const Buffer *b = r->buffer;
+    if (!b || b->scope != SCOPE_SHARED) {
+        cg_error(cg, loc, "wgmma operand %s is not in shared memory", what);
+        return NULL;
+    }
+    int64_t pitch = b->pitch;
+    if (pitch <= 0 && b->shape[b->rank - 1] && b->shape[b->rank - 1]->kind == EXPR_INT)
+        pitch = b->shape[b->rank - 1]->u.int_value;
+    if (b->swizzle_shift != 0 || pitch * element_bytes(b->dtype) != DESC_SWIZZLE_BYTES) {
+        cg_error(cg, loc,
+                 "wgmma operand %s (%s) is not in the 128-byte swizzled layout "
+                 "(rows of 128 bytes, swizzle shift 0)",
+                 what, b->name);
+        return NULL;
+    }
+    LLVMValueRef origin[IR_MAX_RANK];
+    cg_region_start(cg, r, origin);
+    LLVMBuilderRef bld = cg->builder;
+    LLVMValueRef window = LLVMBuildPtrToInt(bld, cg->shared, i32_type(cg), "");
+    LLVMValueRef address =
+        LLVMBuildAdd(bld, window, cg_shared_offset(cg, b, origin, false), "");
+    LLVMValueRef start = LLVMBuildLShr(
+        bld, LLVMBuildAnd(bld, address, cg_i32(cg, 0x3FFFF), ""), cg_i32(cg, 4), "");
+    uint64_t fields = (1ull << 16) | ((uint64_t)(DESC_ATOM_BYTES >> 4) << 32) |
+                      (DESC_SWIZZLE128 << 62);
+    return LLVMBuildOr(bld, LLVMBuildZExt(bld, start, i64_type(cg), ""),
+                       i64_const(cg, fields), "");
+}
+
+/* Constant flat index of a LOCAL region's origin, or -1. */
+static int64_t local_origin(const Region *r) {
+    const Buffer *b = r->buffer;
+    int64_t flat = 0;
+    for (int d = 0; d < b->rank; d++) {
+        const Expr *start = r->start[d], *extent = b->shape[d];
+        if ((start && start->kind != EXPR_INT) || !extent || extent->kind != EXPR_INT)
+            return -1;
+        flat = flat * extent->u.int_value + (start ? start->u.int_value : 0);
+    }
+    return flat;
+}
+
+static int64_t local_size(const Buffer *b) {
+    int64_t size = 1;
+    for (int d = 0; d < b->rank; d++) {
+        if (!b->shape[d] || b->shape[d]->kind != EXPR_INT) return -1;
+        size *= b->shape[d]->u.int_value;
+    }
+    return size;
+}
+
+static LLVMValueRef local_element(Codegen *cg, const Buffer *b, int64_t index) {
+    CodegenBuffer *storage = cg_buffer(cg, b);
+    LLVMValueRef idx[2] = {cg_i32(cg, 0), cg_i32(cg, index)};
+    return LLVMBuildInBoundsGEP2(cg->builder, storage->array_type, storage->base, idx, 2, "");
+}
+
+/* The four .b32 A registers: 8 (16-bit) or 16 (8-bit) consecutive LOCAL
+ * elements from the region origin, packed low element first. */
+static bool a_registers(Codegen *cg, const Stmt *s, LLVMValueRef *out) {
+    const Region *a = &s->u.wgmma.a;
+    const Buffer *b = a->buffer;
+    int per_register = 32 / ir_dtype_bits(b->dtype);
+    int64_t first = local_origin(a), size = local_size(b);
+    if (b->dtype != s->u.wgmma.ab_dtype || first < 0 || size < 0 ||
+        first + 4 * per_register > size) {
+        cg_error(cg, s->loc,
+                 "wgmma A registers: %s must be a %s LOCAL array with a constant origin "
+                 "and %d elements from it",
+                 b->name, ir_dtype_name(s->u.wgmma.ab_dtype), 4 * per_register);
+        return false;
+    }
+    LLVMTypeRef element = cg_memory_type(cg, b->dtype);
+    LLVMTypeRef vector = LLVMVectorType(element, (unsigned)per_register);
+    for (int r = 0; r < 4; r++) {
+        LLVMValueRef packed = LLVMGetPoison(vector);
+        for (int e = 0; e < per_register; e++) {
+            int64_t index = first + r * per_register + e;
+            LLVMValueRef v = LLVMBuildLoad2(cg->builder, element, local_element(cg, b, index), "");
+            packed = LLVMBuildInsertElement(cg->builder, packed, v, cg_i32(cg, e), "");
+        }
+        out[r] = LLVMBuildBitCast(cg->builder, packed, i32_type(cg), "");
+    }
+    return true;
+}
+
+static bool check_wgmma(Codegen *cg, const Stmt *s) {
+    DType t = s->u.wgmma.ab_dtype;
+    const char *type = wgmma_type_name(t);
+    int n = s->u.wgmma.n;
+    int k_step = ir_dtype_bits(t) == 16 ? 16 : 32;
+    if (!type) {
+        cg_error(cg, s->loc, "wgmma on %s: operands are bf16, f16, e4m3 or e5m2",
+                 ir_dtype_name(t));
+        return false;
+    }
+    if (s->u.wgmma.m != 64 || n < 8 || n > 256 || n % 8 != 0 || s->u.wgmma.k != k_step) {
+        cg_error(cg, s->loc, "wgmma m%dn%dk%d: the shape must be m64nNk%d, N a multiple "
+                 "of 8 up to 256", s->u.wgmma.m, n, s->u.wgmma.k, k_step);
+        return false;
+    }
+    if (s->u.wgmma.acc_dtype != DT_F32) {
+        cg_error(cg, s->loc, "wgmma accumulates in f32, not %s",
+                 ir_dtype_name(s->u.wgmma.acc_dtype));
+        return false;
+    }
+    if (k_step == 32 && (s->u.wgmma.transpose_a || !s->u.wgmma.transpose_b)) {
+        cg_error(cg, s->loc, "8-bit wgmma needs K-major operands "
+                 "(transpose_a = false, transpose_b = true)");
+        return false;
+    }
+    const Buffer *acc = s->u.wgmma.acc;
+    int64_t size = acc ? local_size(acc) : -1;
+    if (!acc || acc->scope != SCOPE_LOCAL || acc->dtype != DT_F32 || size < 0 ||
+        s->u.wgmma.acc_offset < 0 || s->u.wgmma.acc_offset + n / 2 > size) {
+        cg_error(cg, s->loc, "wgmma accumulator: %d f32 elements from %lld of a LOCAL array",
+                 n / 2, (long long)s->u.wgmma.acc_offset);
+        return false;
+    }
+    /* MN-major operands must fit one 128-byte swizzled row along M/N */
+    if (!s->u.wgmma.transpose_b && n * element_bytes(t) > DESC_SWIZZLE_BYTES) {
+        cg_error(cg, s->loc, "wgmma with an N-major B (transpose_b = false) of n = %d: "
+                 "at most %d columns fit one 128-byte swizzled row", n,
+                 DESC_SWIZZLE_BYTES / element_bytes(t));
+        return false;
+    }
+    return true;
+}
+
+/* Remembers an accumulator range for the pin after `wgmma_wait 0`. */
+static void track_accumulator(Codegen *cg, const Buffer *acc, int64_t offset, int count) {
+    for (int i = 0; i < cg->naccumulators; i++)
+        if (cg->accumulators[i].acc == acc && cg->accumulators[i].offset == offset &&
+            cg->accumulators[i].count == count)
+            return;
+    if (cg->naccumulators == cg->accumulator_capacity) {
+        cg->accumulator_capacity = cg->accumulator_capacity ? 2 * cg->accumulator_capacity : 8;
+        cg->accumulators = realloc(cg->accumulators, sizeof *cg->accumulators *
+                                                         (size_t)cg->accumulator_capacity);
+        if (!cg->accumulators) ice("out of memory");
+    }
+    cg->accumulators[cg->naccumulators++] =
+        (struct CodegenAccumulator){acc, offset, count};
+}
+
+/* Text helper for the asm strings. */
+typedef struct AsmText {
+    char *data;
+    size_t length, capacity;
+} AsmText;
+
+static void asm_add(AsmText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void asm_add(AsmText *t, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        size_t room = t->capacity - t->length;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->data ? t->data + t->length : NULL, t->data ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) ice("vsnprintf failed");
+        if (t->data && (size_t)n < room) {
+            t->length += (size_t)n;
+            return;
+        }
+        t->capacity = (t->capacity + (size_t)n + 1) * 2;
+        t->data = realloc(t->data, t->capacity);
+        if (!t->data) ice("out of memory");
+    }
+}
+
+/* Calls an asm statement whose first `outputs` operands are f32 outputs
+ * tied to the last `outputs` inputs; returns the struct of results. */
+static LLVMValueRef call_asm(Codegen *cg, const char *text, const char *constraints,
+                             LLVMValueRef *inputs, LLVMTypeRef *input_types, int ninputs,
+                             int outputs) {
+    LLVMTypeRef *fields = malloc(sizeof *fields * (size_t)outputs);
+    if (!fields) ice("out of memory");
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(cg->context);
+    for (int i = 0; i < outputs; i++) fields[i] = f32;
+    LLVMTypeRef result = LLVMStructTypeInContext(cg->context, fields, (unsigned)outputs, 0);
+    free(fields);
+    LLVMTypeRef fn = LLVMFunctionType(result, input_types, (unsigned)ninputs, 0);
+    LLVMValueRef code = LLVMGetInlineAsm(fn, (char *)text, strlen(text), (char *)constraints,
+                                         strlen(constraints), 1, 0, LLVMInlineAsmDialectATT, 0);
+    return LLVMBuildCall2(cg->builder, fn, code, inputs, (unsigned)ninputs, "");
+}
+
+/* wgmma exists on sm_90a only (Blackwell has tcgen05 instead); LLVM
+ * would abort on its fence/commit/wait intrinsics elsewhere.  Said once
+ * per kernel. */
+static bool wgmma_available(Codegen *cg, const Stmt *s) {
+    if (strcmp(cg->arch, "sm_90a") == 0) return true;
+    if (!cg->wgmma_reported)
+        cg_error(cg, s->loc, "wgmma is an sm_90a instruction; %s has none", cg->arch);
+    cg->wgmma_reported = true;
+    return false;
+}
+
+void cg_wgmma(Codegen *cg, const Stmt *s) {
+    if (!wgmma_available(cg, s) || !check_wgmma(cg, s)) return;
+    int n = s->u.wgmma.n, outputs = n / 2;
+    DType t = s->u.wgmma.ab_dtype;
+    bool sixteen_bit = ir_dtype_bits(t) == 16;
+    bool a_in_registers = s->u.wgmma.a.buffer && s->u.wgmma.a.buffer->scope == SCOPE_LOCAL;
+
+    /* inputs: A (descriptor or 4 registers), B descriptor, scale-d, then
+     * the accumulators tied to the outputs */
+    int ninputs = (a_in_registers ? 4 : 1) + 2 + outputs;
+    LLVMValueRef *inputs = malloc(sizeof *inputs * (size_t)ninputs);
+    LLVMTypeRef *types = malloc(sizeof *types * (size_t)ninputs);
+    if (!inputs || !types) ice("out of memory");
+    int next = 0;
+    bool ok = true;
+    if (a_in_registers) {
+        ok = a_registers(cg, s, inputs);
+        for (int r = 0; r < 4; r++) types[next++] = i32_type(cg);
+    } else {
+        inputs[next] = descriptor(cg, &s->u.wgmma.a, s->loc, "A");
+        ok = inputs[next] != NULL;
+        types[next++] = i64_type(cg);
+    }
+    if (ok) {
+        inputs[next] = descriptor(cg, &s->u.wgmma.b, s->loc, "B");
+        ok = inputs[next] != NULL;
+        types[next++] = i64_type(cg);
+    }
+    if (!ok) {
+        free(inputs);
+        free(types);
+        return;
+    }
+    LLVMValueRef scale_d = cg_i32(cg, 1);
+    if (s->u.wgmma.scale_d)
+        scale_d = LLVMBuildZExt(cg->builder, cg_expr(cg, s->u.wgmma.scale_d), i32_type(cg), "");
+    types[next] = i32_type(cg);
+    inputs[next++] = scale_d;
+    const Buffer *acc = s->u.wgmma.acc;
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(cg->context);
+    for (int i = 0; i < outputs; i++) {
+        types[next] = f32;
+        inputs[next++] = LLVMBuildLoad2(cg->builder, f32,
+                                        local_element(cg, acc, s->u.wgmma.acc_offset + i), "");
+    }
+
+    AsmText text = {0}, constraints = {0};
+    int operand = outputs; /* $outputs is the first input */
+    asm_add(&text, "{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n",
+            outputs + (a_in_registers ? 4 : 1) + 1);
+    asm_add(&text, "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {", n, s->u.wgmma.k,
+            wgmma_type_name(t), wgmma_type_name(t));
+    for (int i = 0; i < outputs; i++) asm_add(&text, "%s$%d", i ? ", " : "", i);
+    if (a_in_registers) {
+        asm_add(&text, "}, {$%d, $%d, $%d, $%d}", operand, operand + 1, operand + 2,
+                operand + 3);
+        operand += 4;
+    } else {
+        asm_add(&text, "}, $%d", operand++);
+    }
+    asm_add(&text, ", $%d, p, 1, 1", operand++);
+    /* imm-trans: 1 = M/N-major; the IR's transpose_b means B is [N, K],
+     * i.e. K-major.  A in registers has no trans-a; 8-bit has neither. */
+    if (sixteen_bit) {
+        if (!a_in_registers) asm_add(&text, ", %d", s->u.wgmma.transpose_a ? 1 : 0);
+        asm_add(&text, ", %d", s->u.wgmma.transpose_b ? 0 : 1);
+    }
+    asm_add(&text, ";\n}");
+    for (int i = 0; i < outputs; i++) asm_add(&constraints, "=f,");
+    asm_add(&constraints, a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
+    for (int i = 0; i < outputs; i++) asm_add(&constraints, ",%d", i);
+    asm_add(&constraints, ",~{memory}");
+
+    LLVMValueRef result = call_asm(cg, text.data, constraints.data, inputs, types, ninputs,
+                                   outputs);
+    for (int i = 0; i < outputs; i++)
+        LLVMBuildStore(cg->builder, LLVMBuildExtractValue(cg->builder, result, (unsigned)i, ""),
+                       local_element(cg, acc, s->u.wgmma.acc_offset + i));
+    track_accumulator(cg, acc, s->u.wgmma.acc_offset, outputs);
+    free(text.data);
+    free(constraints.data);
+    free(inputs);
+    free(types);
+}
+
+/* After `wgmma.wait_group 0`: every accumulator issued since the last such
+ * wait goes through an empty asm that "modifies" it, so its later uses
+ * depend on something ordered after the wait. */
+static void pin_accumulators(Codegen *cg) {
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(cg->context);
+    for (int a = 0; a < cg->naccumulators; a++) {
+        const struct CodegenAccumulator *range = &cg->accumulators[a];
+        LLVMValueRef *values = malloc(sizeof *values * (size_t)range->count);
+        LLVMTypeRef *types = malloc(sizeof *types * (size_t)range->count);
+        if (!values || !types) ice("out of memory");
+        AsmText constraints = {0};
+        for (int i = 0; i < range->count; i++) {
+            values[i] = LLVMBuildLoad2(cg->builder, f32,
+                                       local_element(cg, range->acc, range->offset + i), "");
+            types[i] = f32;
+            asm_add(&constraints, "%s=f", i ? "," : "");
+        }
+        for (int i = 0; i < range->count; i++) asm_add(&constraints, ",%d", i);
+        LLVMValueRef result = call_asm(cg, "", constraints.data, values, types,
+                                       range->count, range->count);
+        for (int i = 0; i < range->count; i++)
+            LLVMBuildStore(cg->builder,
+                           LLVMBuildExtractValue(cg->builder, result, (unsigned)i, ""),
+                           local_element(cg, range->acc, range->offset + i));
+        free(constraints.data);
+        free(values);
+        free(types);
+    }
+    cg->naccumulators = 0;
+}
+
+/* ---- fences ------------------------------------------------------------ */
+
+void cg_fence(Codegen *cg, const Stmt *s) {
+    int64_t value = s->u.fence.value;
+    switch (s->u.fence.op) {
+    case FENCE_MBARRIER_INIT:
+        cg_call_intrinsic(cg, "llvm.nvvm.fence.mbarrier_init.release.cluster", NULL, 0, NULL, 0);
+        return;
+    case FENCE_PROXY_ASYNC:
+        cg_call_intrinsic(cg, "llvm.nvvm.fence.proxy.async.shared_cta", NULL, 0, NULL, 0);
+        return;
+    case FENCE_WGMMA_FENCE:
+        if (!wgmma_available(cg, s)) return;
+        cg_call_intrinsic(cg, "llvm.nvvm.wgmma.fence.sync.aligned", NULL, 0, NULL, 0);
+        return;
+    case FENCE_WGMMA_COMMIT:
+        if (!wgmma_available(cg, s)) return;
+        cg_call_intrinsic(cg, "llvm.nvvm.wgmma.commit_group.sync.aligned", NULL, 0, NULL, 0);
+        return;
+    case FENCE_WGMMA_WAIT: {
+        if (value < 0 || value > 7) break;
+        if (!wgmma_available(cg, s)) return;
+        LLVMValueRef pending = i64_const(cg, (uint64_t)value);
+        cg_call_intrinsic(cg, "llvm.nvvm.wgmma.wait_group.sync.aligned", NULL, 0, &pending, 1);
+        if (value == 0) pin_accumulators(cg);
+        return;
+    }
+    case FENCE_TMA_STORE_COMMIT:
+        cg_call_intrinsic(cg, "llvm.nvvm.cp.async.bulk.commit.group", NULL, 0, NULL, 0);
+        return;
+    case FENCE_TMA_STORE_WAIT: {
+        if (value < 0 || value > 63) break;
+        LLVMValueRef pending = cg_i32(cg, value);
+        cg_call_intrinsic(cg, "llvm.nvvm.cp.async.bulk.wait.group.read", NULL, 0, &pending, 1);
+        return;
+    }
+    case FENCE_SETMAXNREG_INC:
+    case FENCE_SETMAXNREG_DEC: {
+        if (value < 24 || value > 256 || value % 8 != 0) break;
+        LLVMValueRef count = cg_i32(cg, value);
+        cg_call_intrinsic(cg,
+                          s->u.fence.op == FENCE_SETMAXNREG_INC
+                              ? "llvm.nvvm.setmaxnreg.inc.sync.aligned.u32"
+                              : "llvm.nvvm.setmaxnreg.dec.sync.aligned.u32",
+                          NULL, 0, &count, 1);
+        return;
+    }
+    case FENCE_COUNT: ice("bad fence %d", (int)s->u.fence.op);
+    }
+    cg_error(cg, s->loc, "fence %s %lld: value out of range (wgmma_wait 0..7, "
+             "tma_store_wait 0..63, setmaxnreg 24..256 in steps of 8)",
+             ir_fence_op_name(s->u.fence.op), (long long)value);
+}

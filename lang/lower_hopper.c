@@ -1,0 +1,147 @@
+/*
+ * lower_hopper.c -- the statements and options of the Hopper path
+ * (docs/hopper.md section 1): gemm, the stages of a pipelined loop, and
+ * the tma / warp_specialize hints of a launch or a copy.
+ *
+ * sema.c has already checked what is syntax (which options a statement
+ * takes, each once; gemm and pipelined only at block level); here the
+ * option values are evaluated for one instance (they are compile-time
+ * expressions of template parameters) and the statements become IR:
+ * STMT_GEMM over Regions (a whole buffer is a full region), a
+ * LOOP_PIPELINED FOR with its stages, role PIPE_BOTH and a pipe_id unique
+ * in the kernel, and the Hint fields.  The dtype and shape rules of gemm
+ * are those of pass_check_types (pass_check_gemm), applied here too so
+ * the error points at the source statement of the failing instance.
+ */
+#include <string.h>
+
+#include "lower.h"
+
+/* The deepest pipeline the front end accepts; far beyond what shared
+ * memory holds, it only keeps the count an int. */
+#define LOWER_MAX_STAGES 1024
+
+const AstNode *lower_option(const PtrVec *options, const char *name) {
+    for (int i = 0; i < ast_count(options); i++)
+        if (strcmp(ast_at(options, i)->name, name) == 0) return ast_at(options, i);
+    return NULL;
+}
+
+bool lower_hint(Lower *lower, const AstNode *option, Hint *out) {
+    static const char *const words[] = {"auto", "off", "on"};
+    const AstNode *value = option->a;
+    /* the words, unless the program gave the name a meaning of its own */
+    if (value->kind == AST_IDENT && !lower_find(lower, value->name) &&
+        !program_lookup(lower->file, value->name)) {
+        for (int i = 0; i < 3; i++) {
+            if (strcmp(value->name, words[i]) == 0) {
+                *out = (Hint)i;
+                return true;
+            }
+        }
+        lower_error(lower, value->loc, "unknown %s hint '%s'; expected auto, "
+                    "off, on or a compile-time integer 0, 1 or 2",
+                    option->name, value->name);
+        return false;
+    }
+    const char *what = arena_printf(lower->program->scratch, "the %s hint",
+                                    option->name);
+    int64_t hint;
+    if (!lower_const_int(lower, value, what, &hint)) return false;
+    if (hint < HINT_AUTO || hint > HINT_ON) {
+        lower_error(lower, value->loc, "the %s hint must be 0 (auto), 1 (off) "
+                    "or 2 (on), got %lld", option->name, (long long)hint);
+        return false;
+    }
+    *out = (Hint)hint;
+    return true;
+}
+
+void lower_launch_hints(Lower *lower, const AstNode *hints) {
+    Kernel *k = lower->kernel;
+    k->hint_tma = HINT_AUTO;
+    k->hint_warp_specialize = HINT_AUTO;
+    if (!hints) return;
+    const AstNode *tma = lower_option(hints->list, "tma");
+    const AstNode *ws = lower_option(hints->list, "warp_specialize");
+    if (tma) lower_hint(lower, tma, &k->hint_tma);
+    if (ws) lower_hint(lower, ws, &k->hint_warp_specialize);
+}
+
+bool lower_pipelined(Lower *lower, const AstNode *node, Stmt *loop) {
+    const AstNode *option = lower_option(node->list2, "stages");
+    loop->u.loop.role = PIPE_BOTH;
+    loop->u.loop.pipe_id = lower->pipe_count++;
+    int64_t stages;
+    if (!option || !lower_const_int(lower, option->a, "the pipeline stages",
+                                    &stages))
+        return false;
+    if (stages < 1 || stages > LOWER_MAX_STAGES) {
+        lower_error(lower, option->a->loc, "a pipelined loop needs 1 to %d "
+                    "stages, got %lld", LOWER_MAX_STAGES, (long long)stages);
+        return false;
+    }
+    loop->u.loop.stages = (int)stages;
+    return true;
+}
+
+/* The value of a bool option of gemm, false when absent. */
+static bool bool_option(Lower *lower, const AstNode *node, const char *name,
+                        bool *out) {
+    *out = false;
+    const AstNode *option = lower_option(node->list, name);
+    return !option || lower_const_bool(lower, option->a, name, out);
+}
+
+/* The scope an operand must have, reported at the operand itself. */
+static bool operand_scope(Lower *lower, const AstNode *operand,
+                          const Region *region, const char *role,
+                          bool shared, bool fragment) {
+    Scope scope = region->buffer->scope;
+    if ((shared && scope == SCOPE_SHARED) ||
+        (fragment && scope == SCOPE_FRAGMENT))
+        return true;
+    lower_error(lower, operand->loc, "gemm operand %s must be %s; '%s' is a %s",
+                role, shared && fragment ? "a shared buffer or a fragment"
+                      : shared ? "a shared buffer" : "a fragment",
+                operand->name, lower_scope_text(scope));
+    return false;
+}
+
+void lower_gemm(Lower *lower, Stmt *seq, const AstNode *node) {
+    Region a, b, c;
+    int64_t shape[IR_MAX_RANK];
+    int rank;
+    bool ok = lower_region(lower, node->a, &a, shape, &rank);
+    if (!lower_region(lower, node->b, &b, shape, &rank)) ok = false;
+    if (!lower_region(lower, node->c, &c, shape, &rank)) ok = false;
+    bool transpose_a, transpose_b, clear;
+    if (!bool_option(lower, node, "transpose_a", &transpose_a)) ok = false;
+    if (!bool_option(lower, node, "transpose_b", &transpose_b)) ok = false;
+    if (!bool_option(lower, node, "clear", &clear)) ok = false;
+    if (!ok) return;
+    if (!operand_scope(lower, node->a, &a, "A", true, true) ||
+        !operand_scope(lower, node->b, &b, "B", true, false) ||
+        !operand_scope(lower, node->c, &c, "C", false, true))
+        return;
+    if (a.buffer->scope == SCOPE_FRAGMENT && node->a->list) {
+        /* a fragment is spread over the threads in wgmma's own layout:
+         * only all of it can feed the tensor cores */
+        lower_error(lower, node->a->loc, "a fragment used as gemm operand A "
+                    "must be whole; write '%s' without slices", node->a->name);
+        return;
+    }
+    Stmt *s = ir_new_stmt(lower->kernel, STMT_GEMM, node->loc);
+    s->u.gemm.a = a;
+    s->u.gemm.b = b;
+    s->u.gemm.c = c.buffer;
+    s->u.gemm.transpose_a = transpose_a;
+    s->u.gemm.transpose_b = transpose_b;
+    s->u.gemm.clear = clear;
+    const char *problem = pass_check_gemm(lower->program->scratch, s);
+    if (problem) {
+        lower_error(lower, node->loc, "%s", problem);
+        return;
+    }
+    ir_seq_append(lower->kernel, seq, s);
+}

@@ -1,0 +1,32 @@
+/*
+ * api_gemm.h -- the GEMM entry points' instance selection, for libtk's
+ * tests and tkbench only (never installed): the differential tests run the
+ * same validated call on the instances of kernels/gemm.tk that forbid TMA
+ * or warp specialisation, and compare them with the default one.
+ */
+#ifndef TK_API_GEMM_H
+#define TK_API_GEMM_H
+
+#include "tk_internal.h"
+
+/* Which instance of a GEMM kernel a call launches. */
+typedef enum tk__gemm_variant {
+    TK__GEMM_DEFAULT = 0, /* TMA and warp specialisation where legal      */
+    TK__GEMM_TMA_OFF = 1, /* copies through registers, no tensor maps     */
+    TK__GEMM_WS_OFF = 2   /* TMA pipeline without a producer warpgroup    */
+} tk__gemm_variant;
+
+/* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)
+ * on the chosen instance. */
+TK_INTERNAL tk_status tk__gemm_bf16_variant(const tk_tensor *a, const tk_tensor *b,
+                                            const tk_tensor *d, tk__gemm_variant variant,
+                                            tk_stream stream);
+TK_INTERNAL tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a,
+                                                       const tk_tensor *sfa,
+                                                       const tk_tensor *b,
+                                                       const tk_tensor *sfb,
+                                                       const tk_tensor *d,
+                                                       tk__gemm_variant variant,
+                                                       tk_stream stream);
+
+#endif

@@ -1,0 +1,432 @@
+/*
+ * test_gpu_gemm.c -- golden tests of tk_gemm_bf16 and
+ * tk_gemm_fp8_blockscaled (kernels/gemm.tk) against the double-precision
+ * references of tests/ref/ref_gemm.c, and the differential tests of the
+ * Hopper machinery (docs/hopper.md section 9).
+ *
+ * Criterion: ||out - ref|| / ||ref|| in double below 2e-3, over the whole
+ * output and again over its last 128 rows and last 128 columns (where a
+ * ragged-edge bug would hide in a whole-matrix norm); the reference is
+ * rounded to f32 only, so the bf16 rounding of the output counts.  Outputs
+ * are poisoned with 0xFF bytes (bf16 NaN) with a tail that must stay
+ * untouched, and a NaN never passes, so an unwritten element fails.  The
+ * fp8 inputs are random bf16 matrices quantised by the cast references
+ * (per_token_cast 1 x 128 with column-major scales for A, per_block_cast
+ * 128 x 128 for B), the reference dequantises with the same scales.
+ * Shapes: aligned to the tiles, ragged in M, N and K, small, empty K, and
+ * 1024 x 1024 x 4096.  Differential: the instances with TMA off and with
+ * warp specialisation off run the same wgmma sequence in the same order,
+ * so their outputs must equal the default's bit for bit.  One test chains
+ * libtk's own casts into the fp8 GEMM.  The argument tests run without a
+ * GPU; the others skip there.  TK_TEST_SEED changes the inputs.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_gemm.h"
+#include "gpu_harness.h"
+#include "ref_gemm.h"
+#include "tk.h"
+#include "tk_internal.h"
+
+#define POISON 0xFF
+#define TOLERANCE 2e-3
+#define EDGE 128
+
+static const tk__gemm_variant VARIANTS[] = {TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF};
+static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off"};
+
+/* One GEMM problem: host operands and reference, device buffers. */
+typedef struct problem {
+    gpu g;
+    tk_dtype input;
+    int64_t m, n, k;
+    void *a, *b;
+    float *sfa, *sfb;
+    ref_sf_shape sfa_shape, sfb_shape;
+    float *want;
+    uint16_t *got, *first; /* this run's output; the default variant's */
+    CUdeviceptr da, db, dd, dsfa, dsfb;
+    size_t a_bytes, b_bytes, d_bytes;
+} problem;
+
+/* Random bf16 (rows, cols), magnitudes 2^-2 .. 2^2 per row. */
+static uint16_t *random_bf16(int64_t rows, int64_t cols, uint64_t seed) {
+    uint16_t *data = host_alloc((size_t)(rows * cols) * 2);
+    ref_fill_rand_float(data, TK_BF16, rows, cols, -2, 2, test_seed() + seed);
+    return data;
+}
+
+static void problem_upload(problem *p) {
+    size_t element = tk_dtype_size(p->input);
+    p->a_bytes = (size_t)(p->m * p->k) * element;
+    p->b_bytes = (size_t)(p->n * p->k) * element;
+    p->d_bytes = (size_t)(p->m * p->n) * 2;
+    p->da = gpu_alloc(&p->g, p->a_bytes);
+    p->db = gpu_alloc(&p->g, p->b_bytes);
+    p->dd = gpu_alloc(&p->g, p->d_bytes + GPU_TAIL_BYTES);
+    gpu_upload(&p->g, p->da, p->a, p->a_bytes);
+    gpu_upload(&p->g, p->db, p->b, p->b_bytes);
+    if (p->input == TK_E4M3) {
+        p->dsfa = gpu_alloc(&p->g, p->sfa_shape.bytes);
+        p->dsfb = gpu_alloc(&p->g, p->sfb_shape.bytes);
+        gpu_upload(&p->g, p->dsfa, p->sfa, p->sfa_shape.bytes);
+        gpu_upload(&p->g, p->dsfb, p->sfb, p->sfb_shape.bytes);
+    }
+    p->got = host_alloc(p->d_bytes + GPU_TAIL_BYTES);
+    p->first = host_alloc(p->d_bytes + 1);
+    p->want = host_alloc((size_t)(p->m * p->n) * 4);
+    ref_gemm_problem r = {.m = p->m, .n = p->n, .k = p->k, .a = p->a, .b = p->b,
+                          .sfa = p->sfa, .sfa_shape = p->sfa_shape, .sfb = p->sfb,
+                          .sfb_shape = p->sfb_shape};
+    cr_assert(ref_gemm(&r, p->input == TK_E4M3, p->want), "the reference refused the problem");
+}
+
+static void problem_bf16(problem *p, int64_t m, int64_t n, int64_t k, uint64_t seed) {
+    memset(p, 0, sizeof *p);
+    p->g = gpu_begin();
+    p->input = TK_BF16;
+    p->m = m, p->n = n, p->k = k;
+    p->a = random_bf16(m, k, seed);
+    p->b = random_bf16(n, k, seed + 1);
+    problem_upload(p);
+}
+
+/* A by per_token_cast (1 x 128, column-major f32 scales), B by
+ * per_block_cast (128 x 128, sfb_layout), from random bf16 sources. */
+static void problem_fp8(problem *p, int64_t m, int64_t n, int64_t k, tk_sf_layout sfb_layout,
+                        uint64_t seed) {
+    memset(p, 0, sizeof *p);
+    p->g = gpu_begin();
+    p->input = TK_E4M3;
+    p->m = m, p->n = n, p->k = k;
+    cr_assert(ref_sf_shape_of(m, k, 1, 128, TK_SF_COL_MAJOR, &p->sfa_shape));
+    cr_assert(ref_sf_shape_of(n, k, 128, 128, sfb_layout, &p->sfb_shape));
+    p->sfa = host_alloc(p->sfa_shape.bytes);
+    p->sfb = host_alloc(p->sfb_shape.bytes);
+    memset(p->sfa, 0, p->sfa_shape.bytes); /* padding rows */
+    memset(p->sfb, 0, p->sfb_shape.bytes);
+    uint16_t *x = random_bf16(m, k, seed), *w = random_bf16(n, k, seed + 1);
+    p->a = host_alloc((size_t)(m * k));
+    p->b = host_alloc((size_t)(n * k));
+    cr_assert(ref_per_token_cast_e4m3(x, TK_BF16, m, k, k, 128, false, TK_SF_COL_MAJOR, p->a,
+                                      p->sfa));
+    cr_assert(ref_cast_e4m3(w, TK_BF16, n, k, k, 128, 128, false, sfb_layout, p->b, p->sfb));
+    free(x);
+    free(w);
+    problem_upload(p);
+}
+
+static void problem_free(problem *p) {
+    gpu_free(&p->g, &p->da);
+    gpu_free(&p->g, &p->db);
+    gpu_free(&p->g, &p->dd);
+    gpu_free(&p->g, &p->dsfa);
+    gpu_free(&p->g, &p->dsfb);
+    free(p->a), free(p->b), free(p->sfa), free(p->sfb), free(p->want), free(p->got),
+        free(p->first);
+}
+
+static tk_tensor sf_tensor(CUdeviceptr data, const ref_sf_shape *shape) {
+    return gpu_tensor2(data, shape->dtype, shape->shape[0], shape->shape[1], shape->strides[0],
+                       shape->strides[1]);
+}
+
+/* Poisons d, runs one variant, downloads d into p->got (tail checked). */
+static void problem_run(problem *p, tk__gemm_variant variant) {
+    gpu_poison(&p->g, p->dd, p->d_bytes, POISON);
+    tk_tensor a = gpu_tensor2(p->da, p->input, p->m, p->k, p->k, 1);
+    tk_tensor b = gpu_tensor2(p->db, p->input, p->n, p->k, p->k, 1);
+    tk_tensor d = gpu_tensor2(p->dd, TK_BF16, p->m, p->n, p->n, 1);
+    tk_status status;
+    if (p->input == TK_E4M3) {
+        tk_tensor sfa = sf_tensor(p->dsfa, &p->sfa_shape);
+        tk_tensor sfb = sf_tensor(p->dsfb, &p->sfb_shape);
+        status = tk__gemm_fp8_blockscaled_variant(&a, &sfa, &b, &sfb, &d, variant, NULL);
+    } else {
+        status = tk__gemm_bf16_variant(&a, &b, &d, variant, NULL);
+    }
+    check_status(status, VARIANT_NAMES[variant]);
+    gpu_download(&p->g, p->got, p->dd, p->d_bytes, POISON, "", VARIANT_NAMES[variant]);
+}
+
+/* The relative error over the whole output and its last EDGE rows and
+ * columns, each below TOLERANCE. */
+static void problem_check(const problem *p, const char *what) {
+    int64_t row0 = p->m > EDGE ? p->m - EDGE : 0, col0 = p->n > EDGE ? p->n - EDGE : 0;
+    struct {
+        const char *name;
+        int64_t row, col, rows, cols;
+    } regions[] = {{"whole", 0, 0, p->m, p->n},
+                   {"last rows", row0, 0, p->m - row0, p->n},
+                   {"last columns", 0, col0, p->m, p->n - col0}};
+    for (int r = 0; r < 3; r++) {
+        int64_t offset = regions[r].row * p->n + regions[r].col;
+        double error = ref_gemm_relative_error(p->got + offset, p->want + offset,
+                                               regions[r].rows, regions[r].cols, p->n);
+        cr_assert(error < TOLERANCE, "%s %s %ldx%ldx%ld: %s: relative error %.3g (limit %g)",
+                  gpu_dtype_name(p->input), what, (long)p->m, (long)p->n, (long)p->k,
+                  regions[r].name, error, TOLERANCE);
+    }
+}
+
+/* Every variant against the reference; the others equal to the default
+ * bit for bit. */
+static void check_all_variants(problem *p) {
+    for (int v = 0; v < 3; v++) {
+        problem_run(p, VARIANTS[v]);
+        problem_check(p, VARIANT_NAMES[v]);
+        if (v == 0) {
+            memcpy(p->first, p->got, p->d_bytes);
+            continue;
+        }
+        size_t at = ref_first_difference(p->got, p->first, p->d_bytes);
+        cr_assert(at == SIZE_MAX,
+                  "%s %ldx%ldx%ld: %s differs from default at [%ld, %ld]: 0x%04x vs 0x%04x",
+                  gpu_dtype_name(p->input), (long)p->m, (long)p->n, (long)p->k,
+                  VARIANT_NAMES[v], (long)(at / 2 / (size_t)p->n), (long)(at / 2 % (size_t)p->n),
+                  p->got[at / 2], p->first[at / 2]);
+    }
+}
+
+static void bf16_case(int64_t m, int64_t n, int64_t k, uint64_t seed) {
+    problem p;
+    problem_bf16(&p, m, n, k, seed);
+    check_all_variants(&p);
+    problem_free(&p);
+}
+
+static void fp8_case(int64_t m, int64_t n, int64_t k, tk_sf_layout sfb_layout, uint64_t seed) {
+    problem p;
+    problem_fp8(&p, m, n, k, sfb_layout, seed);
+    check_all_variants(&p);
+    problem_free(&p);
+}
+
+/* ---- bf16 ------------------------------------------------------------------ */
+
+Test(gemm_bf16, aligned_to_the_tiles) { bf16_case(256, 512, 1024, 1); }
+
+Test(gemm_bf16, ragged_m_n_k) {
+    bf16_case(200, 328, 1000, 2);
+    bf16_case(130, 264, 72, 3);
+    bf16_case(77, 8, 520, 4);
+}
+
+Test(gemm_bf16, tiny) {
+    bf16_case(1, 8, 8, 5);
+    bf16_case(3, 16, 24, 6);
+}
+
+Test(gemm_bf16, large_k, .timeout = 300) { bf16_case(1024, 1024, 4096, 7); }
+
+/* ---- fp8 block-scaled ---------------------------------------------------- */
+
+Test(gemm_fp8_blockscaled, aligned_to_the_tiles) {
+    fp8_case(256, 512, 1024, TK_SF_ROW_MAJOR, 11);
+}
+
+Test(gemm_fp8_blockscaled, ragged_m_n_k) {
+    /* K 1040: eight full scale blocks and a 16-deep one */
+    fp8_case(200, 328, 1040, TK_SF_ROW_MAJOR, 12);
+    fp8_case(130, 136, 16, TK_SF_ROW_MAJOR, 13);
+    fp8_case(1, 8, 144, TK_SF_ROW_MAJOR, 14);
+}
+
+Test(gemm_fp8_blockscaled, column_major_sfb) {
+    fp8_case(200, 328, 1040, TK_SF_COL_MAJOR, 15);
+}
+
+Test(gemm_fp8_blockscaled, large_k, .timeout = 300) {
+    fp8_case(1024, 1024, 4096, TK_SF_ROW_MAJOR, 16);
+}
+
+/* libtk's casts on the device produce exactly the operands the host
+ * references do, so the GEMM of their output equals the GEMM of the host
+ * problem bit for bit. */
+Test(gemm_fp8_blockscaled, fed_by_the_library_casts) {
+    int64_t m = 200, n = 328, k = 1024;
+    problem p;
+    problem_fp8(&p, m, n, k, TK_SF_ROW_MAJOR, 21);
+    problem_run(&p, TK__GEMM_DEFAULT);
+    problem_check(&p, "host-quantised");
+    memcpy(p.first, p.got, p.d_bytes);
+
+    uint16_t *x = random_bf16(m, k, 21), *w = random_bf16(n, k, 22);
+    CUdeviceptr dx = gpu_alloc(&p.g, (size_t)(m * k) * 2), dw = gpu_alloc(&p.g, (size_t)(n * k) * 2);
+    gpu_upload(&p.g, dx, x, (size_t)(m * k) * 2);
+    gpu_upload(&p.g, dw, w, (size_t)(n * k) * 2);
+    tk_tensor tx = gpu_tensor2(dx, TK_BF16, m, k, k, 1), tw = gpu_tensor2(dw, TK_BF16, n, k, k, 1);
+    tk_tensor a = gpu_tensor2(p.da, TK_E4M3, m, k, k, 1), b = gpu_tensor2(p.db, TK_E4M3, n, k, k, 1);
+    tk_tensor sfa = sf_tensor(p.dsfa, &p.sfa_shape), sfb = sf_tensor(p.dsfb, &p.sfb_shape);
+    /* clear what the casts must rewrite (the buffers have no tail) */
+    CU(&p.g, cuMemsetD8(p.da, 0, p.a_bytes));
+    CU(&p.g, cuMemsetD8(p.dsfb, 0, p.sfb_shape.bytes));
+    check_status(tk_per_token_cast(&tx, 128, false, TK_SF_COL_MAJOR, &a, &sfa, NULL),
+                 "tk_per_token_cast");
+    check_status(tk_per_block_cast(&tw, TK_E4M3, 128, 128, false, TK_SF_ROW_MAJOR, &b, &sfb, NULL),
+                 "tk_per_block_cast");
+    problem_run(&p, TK__GEMM_DEFAULT);
+    size_t at = ref_first_difference(p.got, p.first, p.d_bytes);
+    cr_assert(at == SIZE_MAX, "GEMM of the device casts differs at element %zu", at / 2);
+    gpu_free(&p.g, &dx);
+    gpu_free(&p.g, &dw);
+    free(x);
+    free(w);
+    problem_free(&p);
+}
+
+/* ---- degenerate shapes --------------------------------------------------- */
+
+Test(gemm_bf16, empty_k_writes_zeros) {
+    gpu g = gpu_begin();
+    CUdeviceptr a = gpu_alloc(&g, 16), b = gpu_alloc(&g, 16), d = gpu_alloc(&g, 64 * 2 + GPU_TAIL_BYTES);
+    gpu_poison(&g, d, 64 * 2, POISON);
+    tk_tensor ta = gpu_tensor2(a, TK_BF16, 4, 0, 0, 1), tb = gpu_tensor2(b, TK_BF16, 16, 0, 0, 1);
+    tk_tensor td = gpu_tensor2(d, TK_BF16, 4, 16, 16, 1);
+    check_status(tk_gemm_bf16(&ta, &tb, &td, NULL), "tk_gemm_bf16 K = 0");
+    uint16_t got[64 + GPU_TAIL_BYTES / 2];
+    gpu_download(&g, got, d, 64 * 2, POISON, "", "K = 0");
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(got[i], 0, "element %d is 0x%04x, expected 0", i, got[i]);
+    /* M = 0: nothing is written */
+    gpu_poison(&g, d, 64 * 2, POISON);
+    ta = gpu_tensor2(a, TK_BF16, 0, 8, 8, 1);
+    tb = gpu_tensor2(b, TK_BF16, 16, 8, 8, 1);
+    td = gpu_tensor2(d, TK_BF16, 0, 16, 16, 1);
+    check_status(tk_gemm_bf16(&ta, &tb, &td, NULL), "tk_gemm_bf16 M = 0");
+    gpu_download(&g, got, d, 0, POISON, "", "M = 0");
+    gpu_free(&g, &a), gpu_free(&g, &b), gpu_free(&g, &d);
+}
+
+/* ---- arguments (no GPU needed: every call fails before a launch) -------- */
+
+#define FAKE(offset) ((void *)(uintptr_t)(0x100000 + (offset)))
+
+static tk_tensor fake2(tk_dtype dtype, int64_t d0, int64_t d1, int64_t s0, int64_t s1,
+                       int offset) {
+    tk_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = FAKE(offset);
+    t.dtype = dtype;
+    t.rank = 2;
+    t.shape[0] = d0, t.shape[1] = d1;
+    t.strides[0] = s0, t.strides[1] = s1;
+    return t;
+}
+
+static void expect_rejected(tk_status status, tk_status expected, const char *needle) {
+    cr_assert_eq(status, expected, "status %s, expected %s (%s)", tk_status_string(status),
+                 tk_status_string(expected), tk_last_error());
+    cr_assert(strstr(tk_last_error(), needle), "message '%s' lacks '%s'", tk_last_error(),
+              needle);
+    cr_assert_str_eq(tk__last_instance(), "");
+}
+
+Test(gemm_api, bf16_rejects_bad_arguments) {
+    tk_tensor a = fake2(TK_BF16, 64, 128, 128, 1, 0), b = fake2(TK_BF16, 256, 128, 128, 1, 0x1000);
+    tk_tensor d = fake2(TK_BF16, 64, 256, 256, 1, 0x2000);
+    tk_tensor bad = a;
+    bad.dtype = TK_F32;
+    expect_rejected(tk_gemm_bf16(&bad, &b, &d, NULL), TK_ERROR_INVALID_ARGUMENT, "a: dtype");
+    expect_rejected(tk_gemm_bf16(NULL, &b, &d, NULL), TK_ERROR_INVALID_ARGUMENT, "a is NULL");
+    bad = fake2(TK_BF16, 256, 120, 120, 1, 0x1000);
+    expect_rejected(tk_gemm_bf16(&a, &bad, &d, NULL), TK_ERROR_INVALID_ARGUMENT, "b: shape[1]");
+    bad = fake2(TK_BF16, 64, 200, 200, 1, 0x2000);
+    expect_rejected(tk_gemm_bf16(&a, &b, &bad, NULL), TK_ERROR_INVALID_ARGUMENT, "d: shape[1]");
+    tk_tensor a_odd = fake2(TK_BF16, 64, 124, 124, 1, 0), b_odd = fake2(TK_BF16, 256, 124, 124, 1, 0);
+    expect_rejected(tk_gemm_bf16(&a_odd, &b_odd, &d, NULL), TK_ERROR_INVALID_ARGUMENT,
+                    "multiple of 8");
+    tk_tensor b_n = fake2(TK_BF16, 252, 128, 128, 1, 0), d_n = fake2(TK_BF16, 64, 252, 252, 1, 0);
+    expect_rejected(tk_gemm_bf16(&a, &b_n, &d_n, NULL), TK_ERROR_INVALID_ARGUMENT, "N");
+    bad = fake2(TK_BF16, 64, 128, 136, 1, 0); /* padded rows */
+    expect_rejected(tk_gemm_bf16(&bad, &b, &d, NULL), TK_ERROR_INVALID_ARGUMENT, "a:");
+    bad = a;
+    bad.data = FAKE(2);
+    expect_rejected(tk_gemm_bf16(&bad, &b, &d, NULL), TK_ERROR_INVALID_ARGUMENT, "aligned");
+    expect_rejected(tk__gemm_bf16_variant(&a, &b, &d, (tk__gemm_variant)7, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "variant");
+}
+
+Test(gemm_api, fp8_rejects_bad_scales) {
+    int64_t m = 200, n = 328, k = 1040;
+    tk_tensor a = fake2(TK_E4M3, m, k, k, 1, 0), b = fake2(TK_E4M3, n, k, k, 1, 0x100000);
+    tk_tensor d = fake2(TK_BF16, m, n, n, 1, 0x200000);
+    tk_tensor sfa, sfb;
+    size_t bytes;
+    cr_assert_eq(tk_sf_desc(m, k, 1, 128, TK_SF_COL_MAJOR, &sfa, &bytes), TK_SUCCESS);
+    cr_assert_eq(tk_sf_desc(n, k, 128, 128, TK_SF_ROW_MAJOR, &sfb, &bytes), TK_SUCCESS);
+    sfa.data = FAKE(0x300000);
+    sfb.data = FAKE(0x400000);
+    tk_tensor row_major;
+    cr_assert_eq(tk_sf_desc(m, k, 1, 128, TK_SF_ROW_MAJOR, &row_major, &bytes), TK_SUCCESS);
+    row_major.data = sfa.data;
+    expect_rejected(tk_gemm_fp8_blockscaled(&a, &row_major, &b, &sfb, &d, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "TK_SF_COL_MAJOR");
+    tk_tensor packed;
+    cr_assert_eq(tk_sf_desc(m, k, 1, 128, TK_SF_PACKED_UE8M0, &packed, &bytes), TK_SUCCESS);
+    packed.data = sfa.data;
+    expect_rejected(tk_gemm_fp8_blockscaled(&a, &packed, &b, &sfb, &d, NULL),
+                    TK_ERROR_UNSUPPORTED, "packed");
+    tk_tensor wrong = sfb;
+    wrong.shape[0] = 2;
+    expect_rejected(tk_gemm_fp8_blockscaled(&a, &sfa, &b, &wrong, &d, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "sfb: shape[0]");
+    wrong = sfb;
+    wrong.dtype = TK_BF16;
+    expect_rejected(tk_gemm_fp8_blockscaled(&a, &sfa, &b, &wrong, &d, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "sfb: dtype");
+    tk_tensor a_k = fake2(TK_E4M3, m, 1032, 1032, 1, 0), b_k = fake2(TK_E4M3, n, 1032, 1032, 1, 0);
+    expect_rejected(tk_gemm_fp8_blockscaled(&a_k, &sfa, &b_k, &sfb, &d, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "multiple of 16");
+    tk_tensor bf16_a = fake2(TK_BF16, m, k, k, 1, 0);
+    expect_rejected(tk_gemm_fp8_blockscaled(&bf16_a, &sfa, &b, &sfb, &d, NULL),
+                    TK_ERROR_INVALID_ARGUMENT, "a: dtype");
+}
+
+/* Valid calls pick the instance of their variant (set before the launch,
+ * so this holds without a device too). */
+Test(gemm_api, variants_pick_their_instances) {
+    bool device = tk_device_check() == TK_SUCCESS;
+    gpu g = {NULL};
+    CUdeviceptr memory = 0;
+    if (device) {
+        g = gpu_begin();
+        memory = gpu_alloc(&g, 1 << 20);
+        CU(&g, cuMemsetD8(memory, 0, 1 << 20));
+    }
+    uintptr_t base = device ? (uintptr_t)memory : 0x100000;
+    tk_tensor a = fake2(TK_BF16, 64, 128, 128, 1, 0), b = fake2(TK_BF16, 256, 128, 128, 1, 0);
+    tk_tensor d = fake2(TK_BF16, 64, 256, 256, 1, 0);
+    a.data = (void *)base;
+    b.data = (void *)(base + 0x10000);
+    d.data = (void *)(base + 0x20000);
+    const char *bf16_names[] = {"gemm_bf16__default", "gemm_bf16__tma_off", "gemm_bf16__ws_off"};
+    for (int v = 0; v < 3; v++) {
+        tk_status status = tk__gemm_bf16_variant(&a, &b, &d, VARIANTS[v], NULL);
+        cr_assert(device ? status == TK_SUCCESS : status != TK_SUCCESS, "%s: %s",
+                  tk_status_string(status), tk_last_error());
+        cr_assert_str_eq(tk__last_instance(), bf16_names[v]);
+    }
+    tk_tensor a8 = a, b8 = b, sfa, sfb;
+    a8.dtype = b8.dtype = TK_E4M3;
+    size_t bytes;
+    cr_assert_eq(tk_sf_desc(64, 128, 1, 128, TK_SF_COL_MAJOR, &sfa, &bytes), TK_SUCCESS);
+    cr_assert_eq(tk_sf_desc(256, 128, 128, 128, TK_SF_ROW_MAJOR, &sfb, &bytes), TK_SUCCESS);
+    sfa.data = (void *)(base + 0x30000);
+    sfb.data = (void *)(base + 0x40000);
+    const char *fp8_names[] = {"gemm_fp8_blockscaled__default", "gemm_fp8_blockscaled__tma_off",
+                               "gemm_fp8_blockscaled__ws_off"};
+    for (int v = 0; v < 3; v++) {
+        tk_status status = tk__gemm_fp8_blockscaled_variant(&a8, &sfa, &b8, &sfb, &d, VARIANTS[v],
+                                                            NULL);
+        cr_assert(device ? status == TK_SUCCESS : status != TK_SUCCESS, "%s: %s",
+                  tk_status_string(status), tk_last_error());
+        cr_assert_str_eq(tk__last_instance(), fp8_names[v]);
+    }
+    if (device) {
+        CU(&g, cuCtxSynchronize());
+        gpu_free(&g, &memory);
+    }
+}
