@@ -1,7 +1,8 @@
 /*
  * bench_gemm.c -- tkbench rows of the GEMMs (tk_gemm_bf16,
- * tk_gemm_fp8_blockscaled) at the issue's shapes, in TFLOP/s against
- * cuBLASLt run on the same inputs in the same process (bench/cublas.c).
+ * tk_gemm_fp8_blockscaled, and gemm_bf16's persistent instance through
+ * api_gemm.h) at the issue's shapes, in TFLOP/s against cuBLASLt run on
+ * the same inputs in the same process (bench/cublas.c).
  *
  * Inputs are random bf16 values (TileKernels' generator); the fp8 rows
  * quantise them on the GPU with libtk's own casts, per_token_cast (1 x 128,
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_gemm.h"
 #include "bench.h"
 #include "cublas.h"
 #include "ref_gemm.h"
@@ -31,6 +33,7 @@
 typedef struct gemm_params {
     tk_dtype input; /* TK_BF16 or TK_E4M3 (block-scaled) */
     int64_t m, n, k;
+    tk__gemm_variant variant; /* the instance (api_gemm.h); rows default */
 } gemm_params;
 
 typedef struct gemm_state {
@@ -45,10 +48,13 @@ typedef struct gemm_state {
     tkb_cublas_plan *plan;
 } gemm_state;
 
-static const gemm_params BF16_8K = {TK_BF16, 8192, 8192, 8192};
-static const gemm_params BF16_MOE = {TK_BF16, 4096, 7168, 2048};
-static const gemm_params FP8_8K = {TK_E4M3, 8192, 8192, 8192};
-static const gemm_params FP8_MOE = {TK_E4M3, 4096, 7168, 2048};
+static const gemm_params BF16_8K = {TK_BF16, 8192, 8192, 8192, TK__GEMM_DEFAULT};
+static const gemm_params BF16_MOE = {TK_BF16, 4096, 7168, 2048, TK__GEMM_DEFAULT};
+static const gemm_params FP8_8K = {TK_E4M3, 8192, 8192, 8192, TK__GEMM_DEFAULT};
+static const gemm_params FP8_MOE = {TK_E4M3, 4096, 7168, 2048, TK__GEMM_DEFAULT};
+/* gemm_bf16's persistent instance (kernels/gemm_persistent.tk). */
+static const gemm_params BF16_8K_PERSISTENT = {TK_BF16, 8192, 8192, 8192, TK__GEMM_PERSISTENT};
+static const gemm_params BF16_MOE_PERSISTENT = {TK_BF16, 4096, 7168, 2048, TK__GEMM_PERSISTENT};
 
 static void teardown(const tkb_context *ctx, void *opaque) {
     gemm_state *s = opaque;
@@ -185,6 +191,8 @@ static tk_status launch(void *opaque) {
     gemm_state *s = opaque;
     if (s->p->input == TK_E4M3)
         return tk_gemm_fp8_blockscaled(&s->ta, &s->tsfa, &s->tb, &s->tsfb, &s->td, NULL);
+    if (s->p->variant != TK__GEMM_DEFAULT)
+        return tk__gemm_bf16_variant(&s->ta, &s->tb, &s->td, s->p->variant, NULL);
     return tk_gemm_bf16(&s->ta, &s->tb, &s->td, NULL);
 }
 
@@ -302,6 +310,10 @@ static const tkb_case CASES[] = {
      verify, teardown, &FP8_8K},
     {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 1x128,128x128 ->bf16", setup, launch,
      verify, teardown, &FP8_MOE},
+    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 f32-acc ->bf16", setup, launch, verify,
+     teardown, &BF16_8K_PERSISTENT},
+    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 f32-acc ->bf16", setup, launch, verify,
+     teardown, &BF16_MOE_PERSISTENT},
 };
 TKB_REGISTER(CASES)
 
@@ -310,5 +322,7 @@ static const tkb_compute COMPUTE[] = {
     {&CASES[1], FLOPS(4096, 7168, 2048), ceiling},
     {&CASES[2], FLOPS(8192, 8192, 8192), ceiling},
     {&CASES[3], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[4], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[5], FLOPS(4096, 7168, 2048), ceiling},
 };
 TKB_REGISTER_COMPUTE(COMPUTE)

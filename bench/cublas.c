@@ -3,11 +3,25 @@
  * handful of declarations below (no cuBLAS headers or libraries at build
  * time).  See cublas.h for the search order and the problem mapping.
  *
- * The declarations follow cublasLt.h of CUDA 13 (cublasLt.h, cublas_api.h,
- * library_types.h): every enum is an int, the opaque descriptors are
- * pointers, cublasLtMatmulAlgo_t is 64 bytes.  The library and its handle
- * live for the whole process; tkbench is single-threaded.
+ * The declarations follow cublasLt.h and cublas_api.h of CUDA 13 (cuBLAS
+ * 13.1, checked enum by enum): every enum is an int, the opaque
+ * descriptors are pointers, cublasLtMatmulAlgo_t is 8 x uint64_t (64
+ * bytes), and cublasLtMatmulHeuristicResult_t is that algo, a size_t
+ * workspaceSize, a cublasStatus_t state, a float wavesCount and int
+ * reserved[4].  The library and its handle live for the whole process;
+ * tkbench is single-threaded.
+ *
+ * The ceiling must be the best cuBLAS can do, so a plan asks the
+ * heuristic for up to CANDIDATES algorithms and times each one once
+ * (WARM_LAUNCHES untimed, then TIMED_LAUNCHES each after an L2 flush,
+ * between CUDA events, the median: the method of tkbench's rows), and
+ * keeps the fastest that runs; the heuristic's first choice alone was
+ * 662 TFLOP/s at bf16 8192^3 where torch.matmul reached 806.  A
+ * candidate that cublasLtMatmul refuses is reported with its status and
+ * skipped, so "the heuristic returned it but the matmul will not run it"
+ * can no longer drop the ceiling later.
  */
+#define _GNU_SOURCE /* dladdr: which file the loader chose */
 #include "cublas.h"
 
 #include <dlfcn.h>
@@ -32,8 +46,12 @@ typedef struct {                           /* cublasLtMatmulHeuristicResult_t */
     int reserved[4];
 } cublaslt_heuristic;
 
+_Static_assert(sizeof(cublaslt_algo) == 64, "cublasLtMatmulAlgo_t is 64 bytes");
+_Static_assert(sizeof(cublaslt_heuristic) == 64 + 8 + 4 + 4 + 16,
+               "cublasLtMatmulHeuristicResult_t layout");
+
 enum {
-    CUDA_DATA_R_32F = 0,      /* cudaDataType_t */
+    CUDA_DATA_R_32F = 0,      /* cudaDataType_t (library_types.h) */
     CUDA_DATA_R_16BF = 14,
     CUDA_DATA_R_8F_E4M3 = 28,
     COMPUTE_32F = 68,         /* cublasComputeType_t CUBLAS_COMPUTE_32F */
@@ -42,10 +60,20 @@ enum {
     DESC_TRANSB = 4,
     DESC_A_SCALE_POINTER = 17,
     DESC_B_SCALE_POINTER = 18,
-    PREF_MAX_WORKSPACE_BYTES = 1 /* cublasLtMatmulPreferenceAttributes_t */
+    DESC_FAST_ACCUM = 25,     /* int8_t */
+    PREF_MAX_WORKSPACE_BYTES = 1, /* cublasLtMatmulPreferenceAttributes_t, uint64_t */
+    LOG_OFF = 0, LOG_ERROR = 1    /* cublasLtLoggerSetLevel */
 };
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)
+#define CANDIDATES 16
+#define WARM_LAUNCHES 3
+#define TIMED_LAUNCHES 5
+#define FLUSH_BYTES ((size_t)256 << 20) /* > the H200's 60 MB L2, as tkbench.c */
+/* the plan's own copies of the two fp8 scales, each on its own 256 bytes */
+#define SCALE_SLOT 256
+/* choose_algorithm's answer when the device failed (not a cublasStatus_t) */
+#define PLAN_BROKEN (-1)
 
 typedef struct cublaslt_api {
     cublas_status (*create)(cublaslt_handle *);
@@ -68,12 +96,17 @@ typedef struct cublaslt_api {
                             cublaslt_matrix_layout, void *d, cublaslt_matrix_layout,
                             const cublaslt_algo *, void *workspace, size_t workspace_bytes,
                             void *stream);
+    /* optional: diagnostics only */
+    size_t (*version)(void);
+    cublas_status (*log_level)(int);
+    cublas_status (*log_file)(FILE *);
 } cublaslt_api;
 
 /* The process-wide library: loaded once, kept open. */
 static struct {
     bool tried, ok;
     char why[512];
+    char path[512];
     cublaslt_api api;
     cublaslt_handle handle;
 } lib;
@@ -81,12 +114,31 @@ static struct {
 struct tkb_cublas_plan {
     const tk__driver_api *cu;
     cublaslt_matmul_desc desc;
+    /* cuBLAS's A is our b (k x n column-major), its B our a (k x m), and
+     * D^T (n x m) is our d; C is D (beta is 0), with D's layout */
     cublaslt_matrix_layout layout_a, layout_b, layout_d;
     cublaslt_algo algo;
-    CUdeviceptr workspace;
+    CUdeviceptr workspace, scales;
     const void *a, *b;
     void *d;
 };
+
+/* cublasStatus_t by name, for messages. */
+static const char *status_name(int status) {
+    switch (status) {
+    case 0: return "CUBLAS_STATUS_SUCCESS";
+    case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+    case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case 16: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "unknown cublasStatus_t";
+    }
+}
 
 /* ---- loading ------------------------------------------------------------- */
 
@@ -105,6 +157,10 @@ static void *open_first_match(const char *pattern, char *tried, size_t size) {
     return handle;
 }
 
+/* Search order (cublas.h): $TK_CUBLASLT, the loader's own search, the
+ * CUDA toolkit and PyTorch venv of the GPU machine, then any CUDA toolkit,
+ * virtual environment under /opt or Python site-packages with a cuBLAS
+ * wheel.  Patterns starting with ~ are under $HOME. */
 static void *open_library(void) {
     char detail[256] = "";
     const char *env = getenv("TK_CUBLASLT");
@@ -117,30 +173,39 @@ static void *open_library(void) {
     void *handle = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
     if (handle)
         return handle;
-    static const char *const roots[] = {
-        "/usr/lib/python3*/dist-packages",       "/usr/lib/python3*/site-packages",
-        "/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
-        "~/.local/lib/python3*/site-packages",   "~/.local/lib/python3*/dist-packages"};
-    static const char *const leaves[] = {"nvidia/cublas/lib/libcublasLt.so.*",
-                                         "nvidia/cu13/lib/libcublasLt.so.*"};
+    static const char *const patterns[] = {
+        "/usr/local/cuda/lib64/libcublasLt.so.13",
+        "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13",
+        "/usr/local/cuda*/lib64/libcublasLt.so.*",
+        "/usr/local/cuda*/targets/*/lib/libcublasLt.so.*",
+        "/opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib/libcublasLt.so.*",
+        "/opt/*/.venv/lib/python3*/site-packages/nvidia/cublas/lib/libcublasLt.so.*",
+        "/usr/lib/python3*/dist-packages/nvidia/cu13/lib/libcublasLt.so.*",
+        "/usr/lib/python3*/dist-packages/nvidia/cublas/lib/libcublasLt.so.*",
+        "/usr/lib/python3*/site-packages/nvidia/cu13/lib/libcublasLt.so.*",
+        "/usr/lib/python3*/site-packages/nvidia/cublas/lib/libcublasLt.so.*",
+        "/usr/local/lib/python3*/dist-packages/nvidia/cu13/lib/libcublasLt.so.*",
+        "/usr/local/lib/python3*/dist-packages/nvidia/cublas/lib/libcublasLt.so.*",
+        "/usr/local/lib/python3*/site-packages/nvidia/cu13/lib/libcublasLt.so.*",
+        "/usr/local/lib/python3*/site-packages/nvidia/cublas/lib/libcublasLt.so.*",
+        "~/.local/lib/python3*/site-packages/nvidia/cu13/lib/libcublasLt.so.*",
+        "~/.local/lib/python3*/site-packages/nvidia/cublas/lib/libcublasLt.so.*"};
     const char *home = getenv("HOME");
-    for (size_t r = 0; r < sizeof roots / sizeof roots[0]; r++)
-        for (size_t l = 0; l < sizeof leaves / sizeof leaves[0]; l++) {
-            char pattern[1024];
-            const char *root = roots[r];
-            if (root[0] == '~') {
-                if (!home)
-                    continue;
-                snprintf(pattern, sizeof pattern, "%s%s/%s", home, root + 1, leaves[l]);
-            } else {
-                snprintf(pattern, sizeof pattern, "%s/%s", root, leaves[l]);
-            }
-            if ((handle = open_first_match(pattern, detail, sizeof detail)))
-                return handle;
+    for (size_t p = 0; p < sizeof patterns / sizeof patterns[0]; p++) {
+        char pattern[1024];
+        if (patterns[p][0] == '~') {
+            if (!home)
+                continue;
+            snprintf(pattern, sizeof pattern, "%s%s", home, patterns[p] + 1);
+        } else {
+            snprintf(pattern, sizeof pattern, "%s", patterns[p]);
         }
+        if ((handle = open_first_match(pattern, detail, sizeof detail)))
+            return handle;
+    }
     snprintf(lib.why, sizeof lib.why,
-             "cuBLAS not found (TK_CUBLASLT, libcublasLt.so.13, Python site-packages "
-             "nvidia/cublas and nvidia/cu13)%s%s",
+             "cuBLAS not found (TK_CUBLASLT, libcublasLt.so.13, /usr/local/cuda*/lib64, "
+             "/opt/*/.venv and Python site-packages nvidia/cu13 and nvidia/cublas)%s%s",
              detail[0] ? ": " : "", detail);
     return NULL;
 }
@@ -170,12 +235,22 @@ static bool load(void) {
     LOAD(preference_set, "cublasLtMatmulPreferenceSetAttribute");
     LOAD(heuristic, "cublasLtMatmulAlgoGetHeuristic");
     LOAD(matmul, "cublasLtMatmul");
+    *(void **)&lib.api.version = dlsym(handle, "cublasLtGetVersion");
+    *(void **)&lib.api.log_level = dlsym(handle, "cublasLtLoggerSetLevel");
+    *(void **)&lib.api.log_file = dlsym(handle, "cublasLtLoggerSetFile");
+    Dl_info info;
+    snprintf(lib.path, sizeof lib.path, "%s",
+             dladdr(*(void **)&lib.api.matmul, &info) && info.dli_fname ? info.dli_fname
+                                                                         : "libcublasLt");
     cublas_status status = lib.api.create(&lib.handle);
     if (status != 0) {
-        snprintf(lib.why, sizeof lib.why, "cuBLAS not usable: cublasLtCreate returned %d",
-                 status);
+        snprintf(lib.why, sizeof lib.why,
+                 "cuBLAS not usable: %.400s: cublasLtCreate returned %d (%s)", lib.path, status,
+                 status_name(status));
         return false;
     }
+    fprintf(stderr, "tkbench: cuBLAS ceiling from %s (cublasLtGetVersion %zu)\n", lib.path,
+            lib.api.version ? lib.api.version() : (size_t)0);
     return true;
 }
 
@@ -204,15 +279,236 @@ void tkb_cublas_plan_destroy(tkb_cublas_plan *plan) {
         lib.api.desc_destroy(plan->desc);
     if (plan->workspace)
         plan->cu->cuMemFree(plan->workspace);
+    if (plan->scales)
+        plan->cu->cuMemFree(plan->scales);
     free(plan);
 }
 
-/* Records "what returned status" and fails the plan. */
-static tkb_cublas_plan *plan_fail(tkb_cublas_plan *plan, const char *what, int status,
+/* Records "stage returned status (name)" and fails the plan. */
+static tkb_cublas_plan *plan_fail(tkb_cublas_plan *plan, const char *stage, int status,
                                   char *why, size_t size) {
-    snprintf(why, size, "cuBLAS: %s returned %d", what, status);
+    snprintf(why, size, "cuBLAS: %s returned %d (%s)", stage, status, status_name(status));
     tkb_cublas_plan_destroy(plan);
     return NULL;
+}
+
+/* Same for a driver call (its CUresult). */
+static tkb_cublas_plan *plan_fail_driver(tkb_cublas_plan *plan, const char *stage,
+                                         CUresult result, char *why, size_t size) {
+    const char *text = NULL;
+    if (plan->cu->cuGetErrorString(result, &text) != CUDA_SUCCESS || !text)
+        text = "unknown";
+    snprintf(why, size, "cuBLAS plan: %s returned CUresult %d (%s)", stage, (int)result, text);
+    tkb_cublas_plan_destroy(plan);
+    return NULL;
+}
+
+/* One cublasLtMatmul of the plan with algo, on the default stream. */
+static cublas_status run_algo(const tkb_cublas_plan *plan, const cublaslt_algo *algo) {
+    float alpha = 1.0f, beta = 0.0f;
+    return lib.api.matmul(lib.handle, plan->desc, &alpha, plan->b, plan->layout_a, plan->a,
+                          plan->layout_b, &beta, plan->d, plan->layout_d, plan->d,
+                          plan->layout_d, algo, (void *)(uintptr_t)plan->workspace,
+                          WORKSPACE_BYTES, NULL);
+}
+
+static int compare_floats(const void *x, const void *y) {
+    float a = *(const float *)x, b = *(const float *)y;
+    return (a > b) - (a < b);
+}
+
+/* What timing the candidates needs: events and, when it can be had, the
+ * L2 flush buffer. */
+typedef struct timer {
+    const tk__driver_api *cu;
+    CUevent start, stop;
+    CUdeviceptr flush; /* 0: timed without flushing (noted once) */
+} timer;
+
+/* Outcome of one candidate. */
+typedef enum { CANDIDATE_RAN, CANDIDATE_REFUSED, CANDIDATE_BROKE } candidate_outcome;
+
+/* Warm launches, then the median of the timed ones into *ms.  REFUSED
+ * (with *status) when cublasLtMatmul will not run it; BROKE when the
+ * device or the driver failed, which ends the search. */
+static candidate_outcome time_candidate(const tkb_cublas_plan *plan, const timer *t,
+                                        const cublaslt_algo *algo, float *ms,
+                                        cublas_status *status, CUresult *result) {
+    const tk__driver_api *cu = t->cu;
+    *status = 0;
+    *result = CUDA_SUCCESS;
+    for (int w = 0; w < WARM_LAUNCHES; w++)
+        if ((*status = run_algo(plan, algo)) != 0)
+            return CANDIDATE_REFUSED;
+    if ((*result = cu->cuCtxSynchronize()) != CUDA_SUCCESS)
+        return CANDIDATE_BROKE;
+    float times[TIMED_LAUNCHES];
+    for (int i = 0; i < TIMED_LAUNCHES; i++) {
+        if (t->flush && (*result = cu->cuMemsetD32(t->flush, (unsigned)i, FLUSH_BYTES / 4)))
+            return CANDIDATE_BROKE;
+        if ((*result = cu->cuEventRecord(t->start, NULL)))
+            return CANDIDATE_BROKE;
+        if ((*status = run_algo(plan, algo)) != 0)
+            return CANDIDATE_REFUSED;
+        if ((*result = cu->cuEventRecord(t->stop, NULL)) ||
+            (*result = cu->cuEventSynchronize(t->stop)) ||
+            (*result = cu->cuEventElapsedTime(&times[i], t->start, t->stop)))
+            return CANDIDATE_BROKE;
+    }
+    qsort(times, TIMED_LAUNCHES, sizeof times[0], compare_floats);
+    *ms = times[TIMED_LAUNCHES / 2];
+    return CANDIDATE_RAN;
+}
+
+/* Runs candidate 0 once more with cuBLASLt's error log on stderr, so that
+ * the library says why it refuses the problem. */
+static void explain_refusal(const tkb_cublas_plan *plan, const cublaslt_algo *algo) {
+    if (!lib.api.log_level || !lib.api.log_file)
+        return;
+    fprintf(stderr, "tkbench: cuBLASLt's own reason (log level 1):\n");
+    lib.api.log_file(stderr);
+    lib.api.log_level(LOG_ERROR);
+    run_algo(plan, algo);
+    lib.api.log_level(LOG_OFF);
+    fflush(stderr);
+}
+
+/* Asks the heuristic for up to CANDIDATES algorithms, times each and
+ * keeps the fastest in plan->algo.  Returns 0 on success; otherwise the
+ * failing cublasStatus_t (or PLAN_BROKEN) with the stage in why.  label
+ * names the problem in the stderr notes. */
+static int choose_algorithm(tkb_cublas_plan *plan, const char *label, char *why, size_t size) {
+    const tk__driver_api *cu = plan->cu;
+    cublaslt_preference preference = NULL;
+    uint64_t workspace_bytes = WORKSPACE_BYTES;
+    cublaslt_heuristic found[CANDIDATES];
+    int returned = 0;
+    memset(found, 0, sizeof found);
+    int status = lib.api.preference_create(&preference);
+    if (status) {
+        snprintf(why, size, "cuBLAS: cublasLtMatmulPreferenceCreate returned %d (%s)", status,
+                 status_name(status));
+        return status;
+    }
+    status = lib.api.preference_set(preference, PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                    sizeof workspace_bytes);
+    if (status) {
+        lib.api.preference_destroy(preference);
+        snprintf(why, size, "cuBLAS: cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES) "
+                 "returned %d (%s)", status, status_name(status));
+        return status;
+    }
+    /* C and D share D's layout: beta is 0 and the matmul passes d as both */
+    status = lib.api.heuristic(lib.handle, plan->desc, plan->layout_a, plan->layout_b,
+                               plan->layout_d, plan->layout_d, preference, CANDIDATES, found,
+                               &returned);
+    lib.api.preference_destroy(preference);
+    if (status || returned < 1) {
+        snprintf(why, size, "cuBLAS: cublasLtMatmulAlgoGetHeuristic returned %d (%s) with %d "
+                 "algorithms", status, status_name(status), returned);
+        return status ? status : 15;
+    }
+    timer t = {cu, NULL, NULL, 0};
+    CUresult result;
+    if ((result = cu->cuEventCreate(&t.start, CU_EVENT_DEFAULT)) ||
+        (result = cu->cuEventCreate(&t.stop, CU_EVENT_DEFAULT))) {
+        if (t.start)
+            cu->cuEventDestroy(t.start);
+        snprintf(why, size, "cuBLAS plan: cuEventCreate returned CUresult %d", (int)result);
+        return PLAN_BROKEN;
+    }
+    if (cu->cuMemAlloc(&t.flush, FLUSH_BYTES) != CUDA_SUCCESS) {
+        t.flush = 0;
+        fprintf(stderr, "tkbench: %s: no memory for the L2 flush, candidates timed warm\n",
+                label);
+    }
+    int best = -1, first_refusal = 0, first_refused = -1, refused = 0;
+    float best_ms = 0, first_ms = -1;
+    for (int i = 0; i < returned; i++) {
+        if (found[i].state != 0 || found[i].workspace_size > WORKSPACE_BYTES) {
+            fprintf(stderr, "tkbench: %s: candidate %d of %d skipped (state %d, workspace %zu)\n",
+                    label, i, returned, found[i].state, found[i].workspace_size);
+            continue;
+        }
+        float ms = 0;
+        cublas_status refusal;
+        candidate_outcome outcome = time_candidate(plan, &t, &found[i].algo, &ms, &refusal,
+                                                   &result);
+        if (outcome == CANDIDATE_BROKE) {
+            snprintf(why, size, "cuBLAS plan: candidate %d of %d broke the device: CUresult %d",
+                     i, returned, (int)result);
+            best = -1;
+            status = PLAN_BROKEN;
+            break;
+        }
+        if (outcome == CANDIDATE_REFUSED) {
+            fprintf(stderr, "tkbench: %s: candidate %d of %d: cublasLtMatmul returned %d (%s)\n",
+                    label, i, returned, refusal, status_name(refusal));
+            if (refused++ == 0)
+                first_refusal = refusal, first_refused = i;
+            continue;
+        }
+        if (i == 0)
+            first_ms = ms;
+        if (best < 0 || ms < best_ms)
+            best = i, best_ms = ms;
+    }
+    if (best >= 0) {
+        plan->algo = found[best].algo;
+        char first[48] = "did not run";
+        if (first_ms >= 0)
+            snprintf(first, sizeof first, "%.4f ms", first_ms);
+        fprintf(stderr, "tkbench: %s: cuBLAS algorithm %d of %d wins, %.4f ms median of %d "
+                "(the heuristic's first: %s; %d refused)\n",
+                label, best, returned, best_ms, TIMED_LAUNCHES, first, refused);
+        status = 0;
+    } else if (status != PLAN_BROKEN && refused) {
+        status = first_refusal;
+        snprintf(why, size, "cuBLAS: cublasLtMatmul refused all %d heuristic algorithms (first "
+                 "refusal, candidate %d: %d, %s)", returned, first_refused, first_refusal,
+                 status_name(first_refusal));
+        explain_refusal(plan, &found[first_refused].algo);
+    } else if (status != PLAN_BROKEN) {
+        status = 15;
+        snprintf(why, size, "cuBLAS: none of the %d heuristic algorithms is usable (bad state "
+                 "or workspace above %zu bytes)", returned, WORKSPACE_BYTES);
+    }
+    if (t.flush)
+        cu->cuMemFree(t.flush);
+    cu->cuEventDestroy(t.start);
+    cu->cuEventDestroy(t.stop);
+    return status;
+}
+
+/* The fp8 scales: the plan keeps its own copies, each 256-byte aligned
+ * (the caller's two floats may sit 4 bytes apart, and cuBLASLt may check
+ * scale pointers for alignment at matmul time, which the heuristic does
+ * not), as cuBLAS's A scale (our b's) and B scale (our a's).  *ones says
+ * whether both are exactly 1. */
+static CUresult copy_scales(tkb_cublas_plan *plan, CUdeviceptr scale_a, CUdeviceptr scale_b,
+                            bool *ones) {
+    const tk__driver_api *cu = plan->cu;
+    float values[2] = {0, 0};
+    CUresult result = cu->cuMemAlloc(&plan->scales, 2 * SCALE_SLOT);
+    if (result != CUDA_SUCCESS) {
+        plan->scales = 0;
+        return result;
+    }
+    if ((result = cu->cuMemcpyDtoD(plan->scales, scale_b, sizeof(float))) ||
+        (result = cu->cuMemcpyDtoD(plan->scales + SCALE_SLOT, scale_a, sizeof(float))) ||
+        (result = cu->cuMemcpyDtoH(&values[0], scale_b, sizeof(float))) ||
+        (result = cu->cuMemcpyDtoH(&values[1], scale_a, sizeof(float))))
+        return result;
+    *ones = values[0] == 1.0f && values[1] == 1.0f;
+    return CUDA_SUCCESS;
+}
+
+/* Sets (or, with NULL pointers, clears: cuBLAS then takes 1) the A and B
+ * scale pointers of the descriptor. */
+static int set_scales(tkb_cublas_plan *plan, CUdeviceptr of_a, CUdeviceptr of_b) {
+    const void *a = (const void *)(uintptr_t)of_a, *b = (const void *)(uintptr_t)of_b;
+    int status = lib.api.desc_set(plan->desc, DESC_A_SCALE_POINTER, &a, sizeof a);
+    return status ? status : lib.api.desc_set(plan->desc, DESC_B_SCALE_POINTER, &b, sizeof b);
 }
 
 tkb_cublas_plan *tkb_cublas_plan_create(const tk__driver_api *cu, tk_dtype input, int64_t m,
@@ -234,66 +530,73 @@ tkb_cublas_plan *tkb_cublas_plan_create(const tk__driver_api *cu, tk_dtype input
     plan->a = (const void *)(uintptr_t)a;
     plan->b = (const void *)(uintptr_t)b;
     plan->d = (void *)(uintptr_t)d;
-    int type = input == TK_BF16 ? CUDA_DATA_R_16BF : CUDA_DATA_R_8F_E4M3;
+    bool fp8 = input == TK_E4M3;
+    char label[96];
+    snprintf(label, sizeof label, "%s %ldx%ldx%ld", fp8 ? "e4m3" : "bf16", (long)m, (long)n,
+             (long)k);
+    int type = fp8 ? CUDA_DATA_R_8F_E4M3 : CUDA_DATA_R_16BF;
     int status;
+    /* FP8 on Hopper: compute 32F, scale type 32F, TN, C of D's type (bf16) */
     if ((status = lib.api.desc_create(&plan->desc, COMPUTE_32F, CUDA_DATA_R_32F)))
         return plan_fail(plan, "cublasLtMatmulDescCreate", status, why, size);
     /* column-major D^T (n x m) = op(B') * op(A') with B' = our b seen as
-     * (k x n), transposed, and A' = our a seen as (k x m) */
+     * (k x n), transposed, and A' = our a seen as (k x m): the "TN" form
+     * FP8 requires */
     int32_t transpose = OP_T, keep = OP_N;
-    if ((status = lib.api.desc_set(plan->desc, DESC_TRANSA, &transpose, sizeof transpose)) ||
-        (status = lib.api.desc_set(plan->desc, DESC_TRANSB, &keep, sizeof keep)))
-        return plan_fail(plan, "cublasLtMatmulDescSetAttribute(TRANS)", status, why, size);
-    if (input == TK_E4M3) {
-        /* cuBLAS's A is our b and its B our a */
-        const void *scale_of_b = (const void *)(uintptr_t)scale_b;
-        const void *scale_of_a = (const void *)(uintptr_t)scale_a;
-        if ((status = lib.api.desc_set(plan->desc, DESC_A_SCALE_POINTER, &scale_of_b,
-                                       sizeof scale_of_b)) ||
-            (status = lib.api.desc_set(plan->desc, DESC_B_SCALE_POINTER, &scale_of_a,
-                                       sizeof scale_of_a)))
-            return plan_fail(plan, "cublasLtMatmulDescSetAttribute(SCALE)", status, why,
+    if ((status = lib.api.desc_set(plan->desc, DESC_TRANSA, &transpose, sizeof transpose)))
+        return plan_fail(plan, "cublasLtMatmulDescSetAttribute(TRANSA)", status, why, size);
+    if ((status = lib.api.desc_set(plan->desc, DESC_TRANSB, &keep, sizeof keep)))
+        return plan_fail(plan, "cublasLtMatmulDescSetAttribute(TRANSB)", status, why, size);
+    bool unit_scales = false;
+    if (fp8) {
+        CUresult result = copy_scales(plan, scale_a, scale_b, &unit_scales);
+        if (result != CUDA_SUCCESS)
+            return plan_fail_driver(plan, "copying the fp8 scales", result, why, size);
+        if ((status = set_scales(plan, plan->scales, plan->scales + SCALE_SLOT)))
+            return plan_fail(plan, "cublasLtMatmulDescSetAttribute(A/B_SCALE_POINTER)", status,
+                             why, size);
+        /* torch._scaled_mm's default (use_fast_accum=False): the
+         * accumulator is promoted periodically, as our kernel does */
+        int8_t fast_accumulation = 0;
+        if ((status = lib.api.desc_set(plan->desc, DESC_FAST_ACCUM, &fast_accumulation,
+                                       sizeof fast_accumulation)))
+            return plan_fail(plan, "cublasLtMatmulDescSetAttribute(FAST_ACCUM)", status, why,
                              size);
     }
-    if ((status = lib.api.layout_create(&plan->layout_a, type, (uint64_t)k, (uint64_t)n, k)) ||
-        (status = lib.api.layout_create(&plan->layout_b, type, (uint64_t)k, (uint64_t)m, k)) ||
-        (status = lib.api.layout_create(&plan->layout_d, CUDA_DATA_R_16BF, (uint64_t)n,
+    if ((status = lib.api.layout_create(&plan->layout_a, type, (uint64_t)k, (uint64_t)n, k)))
+        return plan_fail(plan, "cublasLtMatrixLayoutCreate(A)", status, why, size);
+    if ((status = lib.api.layout_create(&plan->layout_b, type, (uint64_t)k, (uint64_t)m, k)))
+        return plan_fail(plan, "cublasLtMatrixLayoutCreate(B)", status, why, size);
+    if ((status = lib.api.layout_create(&plan->layout_d, CUDA_DATA_R_16BF, (uint64_t)n,
                                         (uint64_t)m, n)))
-        return plan_fail(plan, "cublasLtMatrixLayoutCreate", status, why, size);
+        return plan_fail(plan, "cublasLtMatrixLayoutCreate(C/D)", status, why, size);
     CUresult result = cu->cuMemAlloc(&plan->workspace, WORKSPACE_BYTES);
     if (result != CUDA_SUCCESS) {
         plan->workspace = 0;
-        return plan_fail(plan, "cuMemAlloc(workspace)", (int)result, why, size);
+        return plan_fail_driver(plan, "cuMemAlloc(workspace)", result, why, size);
     }
-    cublaslt_preference preference = NULL;
-    uint64_t workspace_bytes = WORKSPACE_BYTES;
-    cublaslt_heuristic heuristic;
-    int returned = 0;
-    memset(&heuristic, 0, sizeof heuristic);
-    if ((status = lib.api.preference_create(&preference)))
-        return plan_fail(plan, "cublasLtMatmulPreferenceCreate", status, why, size);
-    status = lib.api.preference_set(preference, PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                    sizeof workspace_bytes);
-    if (!status)
-        status = lib.api.heuristic(lib.handle, plan->desc, plan->layout_a, plan->layout_b,
-                                   plan->layout_d, plan->layout_d, preference, 1, &heuristic,
-                                   &returned);
-    lib.api.preference_destroy(preference);
-    if (status)
-        return plan_fail(plan, "cublasLtMatmulAlgoGetHeuristic", status, why, size);
-    if (returned < 1)
-        return plan_fail(plan, "cublasLtMatmulAlgoGetHeuristic (no algorithm)", 0, why, size);
-    plan->algo = heuristic.algo;
+    /* with unit scales a refusal of the scale pointers can still be
+     * worked around: the matmul without them computes the same product */
+    status = choose_algorithm(plan, label, why, size);
+    if (status && status != PLAN_BROKEN && fp8 && unit_scales) {
+        fprintf(stderr, "tkbench: %s: %s; retrying without scale pointers (both scales are 1)\n",
+                label, why);
+        if ((status = set_scales(plan, 0, 0)))
+            return plan_fail(plan, "cublasLtMatmulDescSetAttribute(clearing the scales)",
+                             status, why, size);
+        status = choose_algorithm(plan, label, why, size);
+    }
+    if (status) {
+        tkb_cublas_plan_destroy(plan);
+        return NULL;
+    }
     return plan;
 }
 
 tk_status tkb_cublas_plan_run(tkb_cublas_plan *plan) {
-    float alpha = 1.0f, beta = 0.0f;
-    int status = lib.api.matmul(lib.handle, plan->desc, &alpha, plan->b, plan->layout_a, plan->a,
-                                plan->layout_b, &beta, plan->d, plan->layout_d, plan->d,
-                                plan->layout_d, &plan->algo, (void *)(uintptr_t)plan->workspace,
-                                WORKSPACE_BYTES, NULL);
+    int status = run_algo(plan, &plan->algo);
     if (status != 0)
-        return tk__fail(TK_ERROR_LAUNCH, "cublasLtMatmul returned %d", status);
+        return tk__fail(TK_ERROR_LAUNCH, "cublasLtMatmul returned %d (%s)", status,
+                        status_name(status));
     return TK_SUCCESS;
 }

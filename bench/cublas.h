@@ -3,16 +3,24 @@
  * at run time, never linked (the build machine has no cuBLAS; the GPU
  * machine's PyTorch ships one).
  *
- * tkb_cublas_open looks for the library in this order: $TK_CUBLASLT (a
- * path), dlopen("libcublasLt.so.13") (the loader's own search), then the
- * nvidia/cublas/lib/libcublasLt.so.* and nvidia/cu13/lib/libcublasLt.so.*
- * files of the Python site-packages directories (/usr/lib/python3*,
- * /usr/local/lib/python3*, ~/.local/lib/python3*, dist- and
- * site-packages).  A plan is one cublasLtMatmul for our row-major
- * D[M, N] = A[M, K] * B[N, K]^T: cuBLAS's column-major D^T = B * A^T, the
- * "TN" form, with the heuristic's first algorithm and a 32 MiB workspace.
- * bf16 runs with CUBLAS_COMPUTE_32F; e4m3 x e4m3 -> bf16 with per-tensor
- * f32 scales (the _scaled_mm equivalent) is the fp8 ceiling.
+ * tkb_cublas_available looks for the library in this order: $TK_CUBLASLT
+ * (a path), dlopen("libcublasLt.so.13") (the loader's own search),
+ * /usr/local/cuda/lib64/libcublasLt.so.13, the PyTorch venv's
+ * /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/
+ * libcublasLt.so.13, then libcublasLt.so.* under any /usr/local/cuda*,
+ * /opt/<name>/.venv and Python site- or dist-packages directory
+ * (/usr/lib/python3*, /usr/local/lib/python3*, ~/.local/lib/python3*) in
+ * nvidia/cu13/lib or nvidia/cublas/lib; stderr names the file it loaded.
+ *
+ * A plan is one cublasLtMatmul for our row-major D[M, N] = A[M, K] *
+ * B[N, K]^T: cuBLAS's column-major D^T = B * A^T, the "TN" form (the only
+ * one FP8 has), C = D with beta 0, a 32 MiB workspace, compute and scale
+ * type 32F.  bf16 inputs; or e4m3 x e4m3 -> bf16 with per-tensor f32
+ * scales and fast accumulation off (torch._scaled_mm's default).  The
+ * algorithm is the fastest of up to 16 heuristic candidates, each timed
+ * at plan time as tkbench times its rows (L2 flushed, events, median);
+ * a stderr note says which index won, and every candidate cuBLAS refuses
+ * is reported with its status.
  */
 #ifndef TK_BENCH_CUBLAS_H
 #define TK_BENCH_CUBLAS_H
@@ -32,8 +40,11 @@ bool tkb_cublas_available(char *why, size_t size);
 
 /* A plan for d = a * b^T (row-major, contiguous): input TK_BF16 or
  * TK_E4M3, d bf16.  For e4m3, scale_a and scale_b are device pointers
- * to one f32 each (per-tensor scales); ignored for bf16.  NULL with *why
- * set when cuBLAS is unavailable or refuses the problem. */
+ * to one f32 each (per-tensor scales), read once here: the plan keeps
+ * its own 256-byte-aligned copies; ignored for bf16.  Creating the plan
+ * runs the matmul (to time the candidates), so a, b and d must be valid
+ * device buffers.  NULL with *why set ("cuBLAS: <stage> returned <status>
+ * (<name>)") when cuBLAS is unavailable or refuses the problem. */
 tkb_cublas_plan *tkb_cublas_plan_create(const tk__driver_api *cu, tk_dtype input, int64_t m,
                                         int64_t n, int64_t k, CUdeviceptr a, CUdeviceptr b,
                                         CUdeviceptr d, CUdeviceptr scale_a,

@@ -20,10 +20,11 @@
  *             LOCAL array at constant indices, so SROA turns the array
  *             into registers; operands are shared-memory descriptors
  *             computed here from the planned layout, or four .b32
- *             registers of A.  After `wgmma_wait 0` the accumulators are
- *             passed through an empty asm (CUTLASS's
- *             warpgroup_fence_operand) so that no use of them is
- *             scheduled before the wait.
+ *             registers of A.  After `wgmma_wait N` the accumulators of
+ *             every group but the newest N are passed through an empty
+ *             asm (CUTLASS's warpgroup_fence_operand) so that no use of
+ *             them is scheduled before the wait; those still in flight
+ *             stay recorded for the wait that completes them.
  *   fence     one intrinsic each.
  *
  * Requires thread-level IR with shared memory planned; wgmma operands in
@@ -338,12 +339,17 @@ static bool check_wgmma(Codegen *cg, const Stmt *s) {
     return true;
 }
 
-/* Remembers an accumulator range for the pin after `wgmma_wait 0`. */
+/* Remembers an accumulator range, in the group the next commit closes,
+ * for the pin after the wait that completes that group.  A range issued
+ * again (a gemm accumulating into a C still in flight) moves to the newer
+ * group: its registers are final only when that one completes. */
 static void track_accumulator(Codegen *cg, const Buffer *acc, int64_t offset, int count) {
     for (int i = 0; i < cg->naccumulators; i++)
         if (cg->accumulators[i].acc == acc && cg->accumulators[i].offset == offset &&
-            cg->accumulators[i].count == count)
+            cg->accumulators[i].count == count) {
+            cg->accumulators[i].group = cg->wgmma_commits;
             return;
+        }
     if (cg->naccumulators == cg->accumulator_capacity) {
         cg->accumulator_capacity = cg->accumulator_capacity ? 2 * cg->accumulator_capacity : 8;
         cg->accumulators = realloc(cg->accumulators, sizeof *cg->accumulators *
@@ -351,7 +357,7 @@ static void track_accumulator(Codegen *cg, const Buffer *acc, int64_t offset, in
         if (!cg->accumulators) ice("out of memory");
     }
     cg->accumulators[cg->naccumulators++] =
-        (struct CodegenAccumulator){acc, offset, count};
+        (struct CodegenAccumulator){acc, offset, count, cg->wgmma_commits};
 }
 
 /* Text helper for the asm strings. */
@@ -492,13 +498,26 @@ void cg_wgmma(Codegen *cg, const Stmt *s) {
     free(types);
 }
 
-/* After `wgmma.wait_group 0`: every accumulator issued since the last such
- * wait goes through an empty asm that "modifies" it, so its later uses
- * depend on something ordered after the wait. */
-static void pin_accumulators(Codegen *cg) {
+/* After `wgmma.wait_group pending`: the accumulators of every committed
+ * group but the newest `pending` ones go through an empty asm that
+ * "modifies" them, so their later uses depend on something ordered after
+ * the wait.  The rest (newer groups, and wgmmas not yet committed, which
+ * no wait covers) stay tracked for a later wait.  The tracking follows
+ * the order code is emitted in, which is program order within a loop
+ * body; a group left in flight across a loop's back edge is not pinned
+ * by a wait at the top of the next iteration (ptxas then orders it
+ * itself, with its serialisation warning). */
+static void pin_accumulators(Codegen *cg, int64_t pending) {
     LLVMTypeRef f32 = LLVMFloatTypeInContext(cg->context);
+    int kept = 0;
     for (int a = 0; a < cg->naccumulators; a++) {
         const struct CodegenAccumulator *range = &cg->accumulators[a];
+        /* groups [commits - pending, commits) may run on, and the open
+         * group (== commits) is not committed */
+        if (range->group >= cg->wgmma_commits - pending) {
+            cg->accumulators[kept++] = *range;
+            continue;
+        }
         LLVMValueRef *values = malloc(sizeof *values * (size_t)range->count);
         LLVMTypeRef *types = malloc(sizeof *types * (size_t)range->count);
         if (!values || !types) ice("out of memory");
@@ -520,7 +539,7 @@ static void pin_accumulators(Codegen *cg) {
         free(values);
         free(types);
     }
-    cg->naccumulators = 0;
+    cg->naccumulators = kept;
 }
 
 /* ---- fences ------------------------------------------------------------ */
@@ -541,13 +560,14 @@ void cg_fence(Codegen *cg, const Stmt *s) {
     case FENCE_WGMMA_COMMIT:
         if (!wgmma_available(cg, s)) return;
         cg_call_intrinsic(cg, "llvm.nvvm.wgmma.commit_group.sync.aligned", NULL, 0, NULL, 0);
+        cg->wgmma_commits++;
         return;
     case FENCE_WGMMA_WAIT: {
         if (value < 0 || value > 7) break;
         if (!wgmma_available(cg, s)) return;
         LLVMValueRef pending = i64_const(cg, (uint64_t)value);
         cg_call_intrinsic(cg, "llvm.nvvm.wgmma.wait_group.sync.aligned", NULL, 0, &pending, 1);
-        if (value == 0) pin_accumulators(cg);
+        pin_accumulators(cg, value);
         return;
     }
     case FENCE_TMA_STORE_COMMIT:

@@ -51,14 +51,18 @@ typedef struct Codegen {
     CodegenBuffer *buffers;
     int nbuffers, buffer_capacity;
     LLVMValueRef *tensor_maps; /* by TensorMap index: the byval parameter */
-    /* wgmma accumulator ranges issued since the last `wgmma_wait 0`
-     * (codegen_async.c pins them after the wait) */
+    /* wgmma accumulator ranges not yet known complete (codegen_async.c
+     * pins them after the `wgmma_wait` that completes their group).
+     * group: the value of wgmma_commits when the range was issued, i.e.
+     * the commit group it belongs to; only differences matter. */
     struct CodegenAccumulator {
         const Buffer *acc;
         int64_t offset;
         int count;
+        int64_t group;
     } *accumulators;
     int naccumulators, accumulator_capacity;
+    int64_t wgmma_commits;     /* wgmma.commit_group emitted so far */
     bool wgmma_reported;       /* "no wgmma on this arch" said once */
 } Codegen;
 

@@ -560,9 +560,13 @@ struct Stmt {
          * fragment C.  A is [M,K] ([K,M] when transpose_a), in shared
          * memory or a fragment; B is [K,N] ([N,K] when transpose_b) in
          * shared memory.  Regions may drop leading dims (extent 0), e.g.
-         * a stage of a multi-versioned buffer.  clear: C = A*B. */
+         * a stage of a multi-versioned buffer.  clear: C = A*B.
+         * wait: the wgmma groups (0..7) left in flight after this gemm's
+         * commit (`wgmma_wait wait`); 0 = C is complete afterwards, 1 =
+         * this gemm's group may still run (a later gemm with wait 1 or a
+         * `wgmma_wait 0` fence completes it). */
         struct { Region a, b; Buffer *c; bool transpose_a, transpose_b,
-                 clear; } gemm;
+                 clear; int wait; } gemm;
         /* bar: one element of a SHARED_ASYNC_MBARRIER buffer (extent 0
          * on every dim); value per IR_MBARRIER_OPS. */
         struct { MbarrierOp op; Region bar; Expr *value; } mbarrier;
@@ -828,9 +832,9 @@ int ir_loop_vector_lanes(const Stmt *loop);
  * tile statements (copy shapes agree, reduce dims, fragment accesses in
  * bounds when constant).  Changes nothing. */
 bool pass_check_types(Kernel *k, Diag *diag);
-/* The GEMM rules pass_check_types applies to one STMT_GEMM (operand
- * scopes, dtypes, fp8 transposes, shapes agreeing per the transpose
- * flags): NULL when they hold, else the first problem as a message in
+/* The GEMM rules pass_check_types applies to one STMT_GEMM (wait in
+ * 0..7, operand scopes, dtypes, fp8 transposes, shapes agreeing per the
+ * transpose flags): NULL when they hold, else the first problem as a message in
  * `arena`.  The front end calls it per instance, so the error points at
  * the source statement. */
 const char *pass_check_gemm(Arena *arena, const Stmt *gemm);

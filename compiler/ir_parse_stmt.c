@@ -212,7 +212,8 @@ static void parse_flags(Parser *p, const char *const *names, bool *const *flags,
     }
 }
 
-/* 'gemm' region ',' region '->' BUFFER {'transpose_a' | 'transpose_b' | 'clear'} */
+/* 'gemm' region ',' region '->' BUFFER {'transpose_a' | 'transpose_b' | 'clear'}
+ *        ['wait' INT] */
 static void parse_gemm(Parser *p, Stmt *s)
 {
     s->u.gemm.a = ir_parse_region(p);
@@ -223,6 +224,9 @@ static void parse_gemm(Parser *p, Stmt *s)
     static const char *const names[] = {"transpose_a", "transpose_b", "clear"};
     bool *flags[] = {&s->u.gemm.transpose_a, &s->u.gemm.transpose_b, &s->u.gemm.clear};
     parse_flags(p, names, flags, 3);
+    /* the range is verify's rule; here only what an int holds */
+    if (accept_word(p, "wait"))
+        s->u.gemm.wait = (int)ir_lex_expect_int(p, "gemm wait", INT32_MIN, INT32_MAX);
 }
 
 /* 'mbarrier' op region ['=' expr]   (the value exactly when the op has one) */

@@ -123,6 +123,8 @@ static void print_async_stmt(const Printer *p, const Stmt *s)
             fputs(" transpose_b", out);
         if (s->u.gemm.clear)
             fputs(" clear", out);
+        if (s->u.gemm.wait)
+            fprintf(out, " wait %d", s->u.gemm.wait);
         return;
     case STMT_MBARRIER: {
         MbarrierOp op = s->u.mbarrier.op;

@@ -86,6 +86,8 @@ static void check_gemm(Verifier *v, const Stmt *s, Loc loc)
     verify_region(v, &s->u.gemm.b, loc);
     const Buffer *a = s->u.gemm.a.buffer, *b = s->u.gemm.b.buffer, *c = s->u.gemm.c;
     verify_buffer_use(v, c, loc);
+    if (s->u.gemm.wait < 0 || s->u.gemm.wait > 7)
+        verify_report(v, loc, "gemm wait %d (0..7 groups in flight)", s->u.gemm.wait);
     if (!a || !b || !c)
         return;
     if (a->scope != SCOPE_SHARED && a->scope != SCOPE_FRAGMENT)

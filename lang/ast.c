@@ -62,7 +62,8 @@ static bool replaceable(AstKind kind) {
     switch (kind) {
     case AST_BLOCK: case AST_ALLOC: case AST_LET: case AST_VAR:
     case AST_ASSIGN: case AST_PARALLEL: case AST_FOR: case AST_IF:
-    case AST_COPY: case AST_GEMM: case AST_FILL: case AST_REDUCE:
+    case AST_COPY: case AST_GEMM: case AST_GEMM_WAIT: case AST_FILL:
+    case AST_REDUCE:
     case AST_ATOMIC:
     case AST_ASSERT: case AST_INDEX: case AST_CALL: case AST_BITCAST:
     case AST_UNARY: case AST_BINARY: case AST_TERNARY:
@@ -319,6 +320,12 @@ AstNode *ast_gemm(ParseCtx *ctx, AstNode *a, AstNode *b, AstNode *c,
     node->b = b;
     node->c = c;
     node->list = options;
+    return finish(ctx, node, span);
+}
+
+AstNode *ast_gemm_wait(ParseCtx *ctx, AstNode *pending, AstSpan span) {
+    AstNode *node = ast_node(ctx, AST_GEMM_WAIT, span);
+    node->a = pending;
     return finish(ctx, node, span);
 }
 
@@ -679,6 +686,11 @@ static void dump_stmt(FILE *out, const AstNode *s, int level) {
         fputs(", ", out);
         ast_dump_expr(out, s->c);
         dump_options(out, s->list);
+        fputs(")\n", out);
+        break;
+    case AST_GEMM_WAIT:
+        fputs("gemm_wait(", out);
+        ast_dump_expr(out, s->a);
         fputs(")\n", out);
         break;
     case AST_FILL:

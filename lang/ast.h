@@ -65,7 +65,8 @@
                               /* NAMED options (tma=) or NULL              */ \
     X(GEMM, "gemm")           /* a, b, c: regions A, B, C; list: NAMED     */ \
                               /* options (transpose_a=, transpose_b=,      */ \
-                              /* clear=) or NULL                           */ \
+                              /* clear=, wait=) or NULL                    */ \
+    X(GEMM_WAIT, "gemm_wait") /* a: the groups left in flight (an expr)    */ \
     X(FILL, "fill")           /* a: region, b: value                       */ \
     X(REDUCE, "reduce")       /* text: op name, name: src, name2: dst,     */ \
                               /* list: NAMED args (dim=, clear=)           */ \
@@ -207,6 +208,7 @@ AstNode *ast_copy(ParseCtx *ctx, AstNode *src, AstNode *dst,
                   PtrVec *options, AstSpan span);
 AstNode *ast_gemm(ParseCtx *ctx, AstNode *a, AstNode *b, AstNode *c,
                   PtrVec *options, AstSpan span);
+AstNode *ast_gemm_wait(ParseCtx *ctx, AstNode *pending, AstSpan span);
 AstNode *ast_fill(ParseCtx *ctx, AstNode *dst, AstNode *value, AstSpan span);
 AstNode *ast_reduce(ParseCtx *ctx, const char *op, const char *src,
                     const char *dst, PtrVec *options, AstSpan span);

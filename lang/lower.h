@@ -229,5 +229,6 @@ void lower_launch_hints(Lower *lower, const AstNode *hints);
 /* The stages, role and pipe_id of a PIPELINED loop from its options. */
 bool lower_pipelined(Lower *lower, const AstNode *node, Stmt *loop);
 void lower_gemm(Lower *lower, Stmt *seq, const AstNode *node);
+void lower_gemm_wait(Lower *lower, Stmt *seq, const AstNode *node);
 
 #endif

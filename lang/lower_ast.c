@@ -635,6 +635,7 @@ static void lower_stmt(Lower *lower, Stmt *seq, const AstNode *node) {
     case AST_IF: lower_if(lower, seq, node); break;
     case AST_COPY: lower_copy(lower, seq, node); break;
     case AST_GEMM: lower_gemm(lower, seq, node); break;
+    case AST_GEMM_WAIT: lower_gemm_wait(lower, seq, node); break;
     case AST_FILL: lower_fill(lower, seq, node); break;
     case AST_REDUCE: lower_reduce(lower, seq, node); break;
     case AST_ATOMIC: lower_atomic(lower, seq, node); break;

@@ -1,7 +1,8 @@
 /*
  * lower_hopper.c -- the statements and options of the Hopper path
- * (docs/hopper.md section 1): gemm, the stages of a pipelined loop, and
- * the tma / warp_specialize hints of a launch or a copy.
+ * (docs/hopper.md section 1): gemm (and gemm_wait), the stages of a
+ * pipelined loop, and the tma / warp_specialize hints of a launch or a
+ * copy.
  *
  * sema.c has already checked what is syntax (which options a statement
  * takes, each once; gemm and pipelined only at block level); here the
@@ -93,6 +94,21 @@ static bool bool_option(Lower *lower, const AstNode *node, const char *name,
     return !option || lower_const_bool(lower, option->a, name, out);
 }
 
+/* A count of wgmma groups left in flight (gemm's wait =, gemm_wait's
+ * argument): a compile-time int in 0..7, which wgmma.wait_group takes. */
+static bool wait_count(Lower *lower, const AstNode *value, const char *what,
+                       int *out) {
+    int64_t count;
+    if (!lower_const_int(lower, value, what, &count)) return false;
+    if (count < 0 || count > 7) {
+        lower_error(lower, value->loc, "%s must be 0 to 7 (the wgmma groups "
+                    "left in flight), got %lld", what, (long long)count);
+        return false;
+    }
+    *out = (int)count;
+    return true;
+}
+
 /* The scope an operand must have, reported at the operand itself. */
 static bool operand_scope(Lower *lower, const AstNode *operand,
                           const Region *region, const char *role,
@@ -119,6 +135,10 @@ void lower_gemm(Lower *lower, Stmt *seq, const AstNode *node) {
     if (!bool_option(lower, node, "transpose_a", &transpose_a)) ok = false;
     if (!bool_option(lower, node, "transpose_b", &transpose_b)) ok = false;
     if (!bool_option(lower, node, "clear", &clear)) ok = false;
+    int wait = 0;
+    const AstNode *wait_option = lower_option(node->list, "wait");
+    if (wait_option && !wait_count(lower, wait_option->a, "gemm's wait", &wait))
+        ok = false;
     if (!ok) return;
     if (!operand_scope(lower, node->a, &a, "A", true, true) ||
         !operand_scope(lower, node->b, &b, "B", true, false) ||
@@ -138,10 +158,22 @@ void lower_gemm(Lower *lower, Stmt *seq, const AstNode *node) {
     s->u.gemm.transpose_a = transpose_a;
     s->u.gemm.transpose_b = transpose_b;
     s->u.gemm.clear = clear;
+    s->u.gemm.wait = wait;
     const char *problem = pass_check_gemm(lower->program->scratch, s);
     if (problem) {
         lower_error(lower, node->loc, "%s", problem);
         return;
     }
+    ir_seq_append(lower->kernel, seq, s);
+}
+
+/* gemm_wait(N): until at most N of this warpgroup's wgmma groups are in
+ * flight; the accumulators of the others are complete afterwards. */
+void lower_gemm_wait(Lower *lower, Stmt *seq, const AstNode *node) {
+    int pending;
+    if (!wait_count(lower, node->a, "gemm_wait's count", &pending)) return;
+    Stmt *s = ir_new_stmt(lower->kernel, STMT_FENCE, node->loc);
+    s->u.fence.op = FENCE_WGMMA_WAIT;
+    s->u.fence.value = pending;
     ir_seq_append(lower->kernel, seq, s);
 }

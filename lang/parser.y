@@ -73,7 +73,7 @@ static void tk_yyerror(AstSpan *span, void *scanner, ParseCtx *ctx,
 %token TENSOR "tensor" STRIDES "strides"
 %token SHARED "shared" FRAG "frag" LOCAL "local" LET "let" VAR "var"
 %token PARALLEL "parallel" FOR "for" IF "if" ELSE "else"
-%token COPY "copy" FILL "fill" REDUCE "reduce" GEMM "gemm"
+%token COPY "copy" FILL "fill" REDUCE "reduce" GEMM "gemm" GEMM_WAIT "gemm_wait"
 %token ATOMIC_ADD "atomic_add" ATOMIC_MAX "atomic_max" ATOMIC_MIN "atomic_min"
 %token SYNC_THREADS "sync_threads" SYNC_WARP "sync_warp"
 %token RETURN "return" ASSERT "assert" TRUE "true" FALSE "false"
@@ -328,6 +328,7 @@ stmt:
                                 { $$ = ast_gemm(ctx, $3, $5, $7, NULL, @1); }
   | GEMM '(' region ',' region ',' region ',' options ')' ';'
                                 { $$ = ast_gemm(ctx, $3, $5, $7, $9, @1); }
+  | GEMM_WAIT '(' expr ')' ';'  { $$ = ast_gemm_wait(ctx, $3, @1); }
   | FILL '(' region ',' expr ')' ';'
                                 { $$ = ast_fill(ctx, $3, $5, @1); }
   | REDUCE '(' IDENT ',' IDENT ',' IDENT ',' options ')' ';'

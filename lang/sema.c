@@ -9,10 +9,11 @@
  * every constant and type-checks every fn body once on its own.
  *
  * The statements of a launch body are walked once for what is plain
- * syntax: the options each statement takes (gemm's transposes, a copy's
- * tma hint, pipelined's stages, the launch's `with` hints), and the
- * tile statements that only exist at block level (gemm, pipelined loops)
- * not appearing inside parallel (nor a pipelined loop in another).
+ * syntax: the options each statement takes (gemm's transposes and wait,
+ * a copy's tma hint, pipelined's stages, the launch's `with` hints), and
+ * the tile statements that only exist at block level (gemm, gemm_wait,
+ * pipelined loops) not appearing inside parallel (nor a pipelined loop in
+ * another).
  *
  * Everything that depends on template arguments (types of expressions,
  * constant shapes, ...) is checked per instance by lower_ast.c.  A
@@ -239,7 +240,7 @@ static bool check_loop(Program *program, const AstNode *node,
 static bool check_gemm(Program *program, const AstNode *node,
                        int parallel_depth) {
     static const char *const options[] = {"transpose_a", "transpose_b",
-                                          "clear", NULL};
+                                          "clear", "wait", NULL};
     bool ok = check_options(program, node->list, options, "gemm");
     if (node->c->list) {
         diag_error(program->diag, node->c->loc, "the gemm accumulator must "
@@ -288,6 +289,12 @@ static bool check_stmts(Program *program, const AstNode *node,
         return check_options(program, node->list, copy_options, "copy");
     case AST_GEMM:
         return check_gemm(program, node, parallel_depth);
+    case AST_GEMM_WAIT:
+        /* the wgmma groups belong to the warpgroup, not to one thread */
+        if (parallel_depth == 0) return true;
+        diag_error(program->diag, node->loc, "gemm_wait is a block-level "
+                   "statement and cannot be inside parallel");
+        return false;
     default:
         return true;
     }

@@ -575,3 +575,105 @@ Test(codegen_hopper, launcher_passes_tensor_maps) {
     free(header);
     arena_free(arena);
 }
+
+/* ---- wgmma groups left in flight (gemm's wait = 1) ---------------------- */
+
+/* Adds `dst[i] = dst[i] + src[i]` for the 32 registers of a 64x64 tile. */
+static void accumulate(Kernel *k, Stmt *body, Buffer *dst, Buffer *src) {
+    for (int i = 0; i < 32; i++) {
+        Expr *index = i32(k, i);
+        Expr *sum = bin(k, BIN_ADD, ir_load(k, dst, &index, NULL), ir_load(k, src, &index, NULL));
+        ir_seq_append(k, body, store1(k, dst, i32(k, i), sum));
+    }
+}
+
+/* One wgmma group of a 64x64x128 e4m3 tile into `part` (cleared), then
+ * `wgmma_wait pending`: what lower_gemm makes of a gemm with wait. */
+static void group(Kernel *k, Stmt *body, Buffer *sa, Buffer *sb, Buffer *part, int pending) {
+    ir_seq_append(k, body, fence(k, FENCE_WGMMA_FENCE, 0));
+    for (int step = 0; step < 4; step++) {
+        int64_t origin[3] = {0, 0, step * 32};
+        ir_seq_append(k, body, wgmma(k, DT_E4M3, 64, at(k, sa, origin), at(k, sb, origin), part,
+                                     0, true, ir_int(k, DT_BOOL, step != 0)));
+    }
+    ir_seq_append(k, body, fence(k, FENCE_WGMMA_COMMIT, 0));
+    ir_seq_append(k, body, fence(k, FENCE_WGMMA_WAIT, pending));
+}
+
+/* The software-pipelined fp8 consumer (kernels/gemm.tk): per iteration
+ * part0's group, part1's group, each followed by wait_group 1; part0 is
+ * promoted while part1 runs; wait_group 0; part1 promoted.  Only part0's
+ * registers may be pinned after the second `wait_group 1` (part1's are
+ * still being written: touching them would make ptxas serialise), none
+ * after the first, and part1's after `wait_group 0`; ptxas accepts it
+ * without the serialisation warning. */
+Test(codegen_hopper, wait_one_keeps_a_group_in_flight) {
+    Arena *arena = arena_new();
+    Module *m = ir_new_module(arena, "sm_90a");
+    Kernel *k = ir_new_kernel(m, "pair__tile");
+    k->threads = 128;
+    k->compute_threads = 128;
+    Var *M = ir_new_var(k, "M", DT_I32, VAR_SYMBOL), *N = ir_new_var(k, "N", DT_I32, VAR_SYMBOL),
+        *K = ir_new_var(k, "K", DT_I32, VAR_SYMBOL);
+    k->symbols = arena_alloc(arena, 3 * sizeof(Var *));
+    k->symbols[0] = M;
+    k->symbols[1] = N;
+    k->symbols[2] = K;
+    k->nsymbols = 3;
+    k->params = arena_alloc(arena, sizeof(Param));
+    Buffer *d = tensor(k, "d", DT_F32, M, N);
+    int64_t tile[3] = {1, 64, 128};
+    Buffer *sa0 = shared(k, "sa0", DT_E4M3, 3, tile, 0, SHARED_ASYNC_SWIZZLE128);
+    Buffer *sb0 = shared(k, "sb0", DT_E4M3, 3, tile, 8192, SHARED_ASYNC_SWIZZLE128);
+    Buffer *sa1 = shared(k, "sa1", DT_E4M3, 3, tile, 16384, SHARED_ASYNC_SWIZZLE128);
+    Buffer *sb1 = shared(k, "sb1", DT_E4M3, 3, tile, 24576, SHARED_ASYNC_SWIZZLE128);
+    k->shared_bytes = 32768;
+    Buffer *acc = local(k, k->body, "acc", DT_F32, 32);
+    Buffer *part0 = local(k, k->body, "part0", DT_F32, 32);
+    Buffer *part1 = local(k, k->body, "part1", DT_F32, 32);
+    for (int i = 0; i < 32; i++)
+        ir_seq_append(k, k->body, store1(k, acc, i32(k, i), ir_float(k, DT_F32, 0.0)));
+    Stmt *loop = ir_new_stmt(k, STMT_FOR, k->loc);
+    loop->u.loop.var = ir_new_var(k, "kb", DT_I32, VAR_LOOP);
+    loop->u.loop.begin = i32(k, 0);
+    loop->u.loop.end = ir_var(k, K);
+    loop->u.loop.step = 1;
+    loop->u.loop.kind = LOOP_SERIAL;
+    loop->u.loop.body = seq(k);
+    Stmt *body = loop->u.loop.body;
+    group(k, body, sa0, sb0, part0, 1);
+    group(k, body, sa1, sb1, part1, 1);
+    accumulate(k, body, acc, part0);
+    ir_seq_append(k, body, fence(k, FENCE_WGMMA_WAIT, 0));
+    accumulate(k, body, acc, part1);
+    ir_seq_append(k, k->body, loop);
+    for (int i = 0; i < 32; i++) {
+        Stmt *s = ir_new_stmt(k, STMT_STORE, k->loc);
+        s->u.store.buffer = d;
+        s->u.store.indices = arena_alloc(arena, 2 * sizeof(Expr *));
+        s->u.store.indices[0] = tid(k);
+        s->u.store.indices[1] = i32(k, i);
+        Expr *index = i32(k, i);
+        s->u.store.value = ir_load(k, acc, &index, NULL);
+        ir_seq_append(k, k->body, s);
+    }
+
+    char *ptx = compile(m, CODEGEN_PTX);
+    const char *wait1 = "wgmma.wait_group.sync.aligned \t1;";
+    const char *wait0 = "wgmma.wait_group.sync.aligned \t0;";
+    const char *pin = "// begin inline asm\n\t// end inline asm";
+    cr_assert_eq(occurrences(ptx, wait1), 2, "%s", ptx);
+    cr_assert_eq(occurrences(ptx, wait0), 1, "%s", ptx);
+    const char *first = strstr(ptx, wait1), *second = strstr(first + 1, wait1);
+    const char *last = strstr(ptx, wait0);
+    cr_assert(second && last && second < last, "%s", ptx);
+    /* nothing completes at the first wait (part0 is the newest group) */
+    const char *pin1 = strstr(first, pin);
+    cr_assert(pin1 && pin1 > second, "a pin before part1's group:\n%s", ptx);
+    /* part0 after the second, part1 after wait_group 0 */
+    cr_assert_lt(pin1, last, "%s", ptx);
+    cr_assert(strstr(last, pin), "no pin after wait_group 0:\n%s", ptx);
+    expect_no_local_memory(ptx);
+    free(ptx);
+    arena_free(arena);
+}

@@ -6,21 +6,28 @@
  *
  * Criterion: ||out - ref|| / ||ref|| in double below 2e-3, over the whole
  * output and again over its last 128 rows and last 128 columns (where a
- * ragged-edge bug would hide in a whole-matrix norm); the reference is
- * rounded to f32 only, so the bf16 rounding of the output counts.  Outputs
+ * ragged-edge bug would hide in a whole-matrix norm).  The reference is
+ * the exact product rounded once to bf16 (ref_gemm_bf16_output), which is
+ * what a perfect kernel writes: against an f32 reference the ~2^-9 bf16
+ * rounding of every element alone gave a 3x16 output 2.01e-3.  The
+ * gemm_check tests prove the measure still fails a kernel that drops one
+ * step of K, and rounds in one step.  Outputs
  * are poisoned with 0xFF bytes (bf16 NaN) with a tail that must stay
  * untouched, and a NaN never passes, so an unwritten element fails.  The
  * fp8 inputs are random bf16 matrices quantised by the cast references
  * (per_token_cast 1 x 128 with column-major scales for A, per_block_cast
  * 128 x 128 for B), the reference dequantises with the same scales.
  * Shapes: aligned to the tiles, ragged in M, N and K, small, empty K, and
- * 1024 x 1024 x 4096.  Differential: the instances with TMA off and with
- * warp specialisation off run the same wgmma sequence in the same order,
- * so their outputs must equal the default's bit for bit.  One test chains
+ * 1024 x 1024 x 4096, and shapes with more tiles than SMs for the
+ * persistent instances.  Differential: the instances with TMA off, with
+ * warp specialisation off and the persistent ones (gemm_bf16) run the same
+ * wgmma sequence per tile in the same order, so their outputs must equal
+ * the default's bit for bit.  One test chains
  * libtk's own casts into the fp8 GEMM.  The argument tests run without a
  * GPU; the others skip there.  TK_TEST_SEED changes the inputs.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,8 +41,14 @@
 #define TOLERANCE 2e-3
 #define EDGE 128
 
-static const tk__gemm_variant VARIANTS[] = {TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF};
-static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off"};
+static const tk__gemm_variant VARIANTS[] = {TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF,
+                                            TK__GEMM_PERSISTENT, TK__GEMM_PERSISTENT_WS_OFF};
+/* Indexed by tk__gemm_variant. */
+static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off", "persistent",
+                                            "persistent_ws_off"};
+/* The fp8 GEMM has the first three; gemm_bf16 all. */
+#define FP8_VARIANTS 3
+#define BF16_VARIANTS 5
 
 /* One GEMM problem: host operands and reference, device buffers. */
 typedef struct problem {
@@ -45,7 +58,7 @@ typedef struct problem {
     void *a, *b;
     float *sfa, *sfb;
     ref_sf_shape sfa_shape, sfb_shape;
-    float *want;
+    uint16_t *want;        /* the exact product rounded once to bf16 */
     uint16_t *got, *first; /* this run's output; the default variant's */
     CUdeviceptr da, db, dd, dsfa, dsfb;
     size_t a_bytes, b_bytes, d_bytes;
@@ -76,11 +89,12 @@ static void problem_upload(problem *p) {
     }
     p->got = host_alloc(p->d_bytes + GPU_TAIL_BYTES);
     p->first = host_alloc(p->d_bytes + 1);
-    p->want = host_alloc((size_t)(p->m * p->n) * 4);
+    p->want = host_alloc((size_t)(p->m * p->n) * 2);
     ref_gemm_problem r = {.m = p->m, .n = p->n, .k = p->k, .a = p->a, .b = p->b,
                           .sfa = p->sfa, .sfa_shape = p->sfa_shape, .sfb = p->sfb,
                           .sfb_shape = p->sfb_shape};
-    cr_assert(ref_gemm(&r, p->input == TK_E4M3, p->want), "the reference refused the problem");
+    cr_assert(ref_gemm_bf16_output(&r, p->input == TK_E4M3, p->want),
+              "the reference refused the problem");
 }
 
 static void problem_bf16(problem *p, int64_t m, int64_t n, int64_t k, uint64_t seed) {
@@ -163,18 +177,92 @@ static void problem_check(const problem *p, const char *what) {
                    {"last columns", 0, col0, p->m, p->n - col0}};
     for (int r = 0; r < 3; r++) {
         int64_t offset = regions[r].row * p->n + regions[r].col;
-        double error = ref_gemm_relative_error(p->got + offset, p->want + offset,
-                                               regions[r].rows, regions[r].cols, p->n);
+        double error = ref_gemm_relative_error_bf16(p->got + offset, p->want + offset,
+                                                    regions[r].rows, regions[r].cols, p->n);
         cr_assert(error < TOLERANCE, "%s %s %ldx%ldx%ld: %s: relative error %.3g (limit %g)",
                   gpu_dtype_name(p->input), what, (long)p->m, (long)p->n, (long)p->k,
                   regions[r].name, error, TOLERANCE);
     }
 }
 
+/* ---- the measure itself (no GPU needed) ---------------------------------- */
+
+/* One rounding from double: 1 + 2^-8 + 2^-30 lies above the halfway point
+ * between the bf16 values 1 and 1 + 2^-7 but rounds to exactly that point
+ * in f32, from where ties-to-even would go down; likewise in the
+ * subnormals. */
+Test(gemm_check, reference_rounds_once) {
+    cr_assert_eq(ref_gemm_bf16_from_double(1.0 + 0x1p-8 + 0x1p-30), 0x3F81);
+    cr_assert_eq(ref_gemm_bf16_from_double(-(1.0 + 0x1p-8 + 0x1p-30)), 0xBF81);
+    cr_assert_eq(ref_gemm_bf16_from_double(1.0 + 0x1p-8), 0x3F80);          /* tie: even */
+    cr_assert_eq(ref_gemm_bf16_from_double(1.0 + 0x1p-7 + 0x1p-8), 0x3F82); /* tie: even */
+    cr_assert_eq(ref_gemm_bf16_from_double(0x1p-134 + 0x1p-160), 0x0001);
+    cr_assert_eq(ref_gemm_bf16_from_double(0x1p-140), 0x0000);
+    cr_assert_eq(ref_gemm_bf16_from_double(1e300), 0x7F80);
+    uint16_t nan_bits = ref_gemm_bf16_from_double(NAN);
+    cr_assert((nan_bits & 0x7F80) == 0x7F80 && (nan_bits & 0x007F) != 0, "0x%04x", nan_bits);
+}
+
+/* The bf16 product of the first k_used columns of a (m, k) and b (n, k):
+ * with f32_order, summed in f32 in K order and rounded to bf16 (a faithful
+ * kernel), else the exact product rounded once (the reference). */
+static uint16_t *product_bf16(const uint16_t *a, const uint16_t *b, int64_t m, int64_t n,
+                              int64_t k, int64_t k_used, bool f32_order) {
+    uint16_t *d = host_alloc((size_t)(m * n) * 2 + 2);
+    if (f32_order) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float sum = 0.0f;
+                for (int64_t c = 0; c < k_used; c++)
+                    sum = fmaf(ref_bf16_to_f32(a[i * k + c]), ref_bf16_to_f32(b[j * k + c]), sum);
+                d[i * n + j] = ref_bf16_from_f32(sum);
+            }
+        return d;
+    }
+    uint16_t *a_used = host_alloc((size_t)(m * k_used) * 2 + 2);
+    uint16_t *b_used = host_alloc((size_t)(n * k_used) * 2 + 2);
+    for (int64_t i = 0; i < m; i++)
+        memcpy(a_used + i * k_used, a + i * k, (size_t)k_used * 2);
+    for (int64_t j = 0; j < n; j++)
+        memcpy(b_used + j * k_used, b + j * k, (size_t)k_used * 2);
+    ref_gemm_problem r = {.m = m, .n = n, .k = k_used, .a = a_used, .b = b_used};
+    cr_assert(ref_gemm_bf16_output(&r, false, d));
+    free(a_used);
+    free(b_used);
+    return d;
+}
+
+/* Against the bf16 reference a faithful f32-accumulating kernel passes
+ * with room to spare (it failed 3x16x24 against the f32 reference), and
+ * one that drops the last step of K fails by far, on the bf16 shapes of
+ * the suite up to 256 x 512 x 1024 with the suite's seeds. */
+Test(gemm_check, passes_f32_accumulation_and_fails_a_short_k) {
+    static const int64_t cases[][4] = {
+        {3, 16, 24, 6}, {130, 264, 72, 3}, {77, 8, 520, 4}, {256, 512, 1024, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t m = cases[c][0], n = cases[c][1], k = cases[c][2];
+        uint16_t *a = random_bf16(m, k, (uint64_t)cases[c][3]);
+        uint16_t *b = random_bf16(n, k, (uint64_t)cases[c][3] + 1);
+        uint16_t *want = product_bf16(a, b, m, n, k, k, false);
+        uint16_t *faithful = product_bf16(a, b, m, n, k, k, true);
+        uint16_t *short_k = product_bf16(a, b, m, n, k, k - 1, false);
+        cr_assert_eq(ref_gemm_relative_error_bf16(want, want, m, n, n), 0.0);
+        double error = ref_gemm_relative_error_bf16(faithful, want, m, n, n);
+        cr_assert(error < TOLERANCE / 4, "%ldx%ldx%ld: f32 accumulation: %.3g", (long)m,
+                  (long)n, (long)k, error);
+        error = ref_gemm_relative_error_bf16(short_k, want, m, n, n);
+        cr_assert(error > 4 * TOLERANCE, "%ldx%ldx%ld: K - 1 gives only %.3g", (long)m, (long)n,
+                  (long)k, error);
+        free(a), free(b), free(want), free(faithful), free(short_k);
+    }
+}
+
 /* Every variant against the reference; the others equal to the default
- * bit for bit. */
+ * bit for bit (the persistent instances visit the tiles in another order
+ * but compute each one the same way). */
 static void check_all_variants(problem *p) {
-    for (int v = 0; v < 3; v++) {
+    int variants = p->input == TK_E4M3 ? FP8_VARIANTS : BF16_VARIANTS;
+    for (int v = 0; v < variants; v++) {
         problem_run(p, VARIANTS[v]);
         problem_check(p, VARIANT_NAMES[v]);
         if (v == 0) {
@@ -220,6 +308,16 @@ Test(gemm_bf16, tiny) {
 }
 
 Test(gemm_bf16, large_k, .timeout = 300) { bf16_case(1024, 1024, 4096, 7); }
+
+/* More tiles than SMs, so each block of the persistent instances loops
+ * over several tiles and the stage ring runs on across them: 31 x 9 = 279
+ * tiles of 128 x 256 in bands of 8 block rows (the last band 7 rows, the
+ * edges ragged) with 3 K blocks each (the last 8 deep), so tiles start in
+ * the middle of the ring; then 32 x 8 tiles of one K block each. */
+Test(gemm_bf16, persistent_many_tiles, .timeout = 300) {
+    bf16_case(3900, 2248, 136, 8);
+    bf16_case(4096, 2048, 64, 9);
+}
 
 /* ---- fp8 block-scaled ---------------------------------------------------- */
 
@@ -402,8 +500,10 @@ Test(gemm_api, variants_pick_their_instances) {
     a.data = (void *)base;
     b.data = (void *)(base + 0x10000);
     d.data = (void *)(base + 0x20000);
-    const char *bf16_names[] = {"gemm_bf16__default", "gemm_bf16__tma_off", "gemm_bf16__ws_off"};
-    for (int v = 0; v < 3; v++) {
+    const char *bf16_names[] = {"gemm_bf16__default", "gemm_bf16__tma_off", "gemm_bf16__ws_off",
+                                "gemm_bf16_persistent__default",
+                                "gemm_bf16_persistent__ws_off"};
+    for (int v = 0; v < BF16_VARIANTS; v++) {
         tk_status status = tk__gemm_bf16_variant(&a, &b, &d, VARIANTS[v], NULL);
         cr_assert(device ? status == TK_SUCCESS : status != TK_SUCCESS, "%s: %s",
                   tk_status_string(status), tk_last_error());
@@ -418,7 +518,7 @@ Test(gemm_api, variants_pick_their_instances) {
     sfb.data = (void *)(base + 0x40000);
     const char *fp8_names[] = {"gemm_fp8_blockscaled__default", "gemm_fp8_blockscaled__tma_off",
                                "gemm_fp8_blockscaled__ws_off"};
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < FP8_VARIANTS; v++) {
         tk_status status = tk__gemm_fp8_blockscaled_variant(&a8, &sfa, &b8, &sfb, &d, VARIANTS[v],
                                                             NULL);
         cr_assert(device ? status == TK_SUCCESS : status != TK_SUCCESS, "%s: %s",

@@ -324,6 +324,10 @@ const char *pass_check_gemm(Arena *arena, const Stmt *s)
     const Buffer *c = s->u.gemm.c;
     if (!a->buffer || !b->buffer || !c)
         return "gemm with a missing operand";
+    /* wgmma.wait_group takes 0..7 pending groups */
+    if (s->u.gemm.wait < 0 || s->u.gemm.wait > 7)
+        return arena_printf(arena, "gemm wait = %d: the wgmma groups left in "
+                            "flight must be 0 to 7", s->u.gemm.wait);
     const char *problem = check_gemm_types(arena, s);
     if (problem)
         return problem;

@@ -18,7 +18,9 @@
  *                                           scale_d false on the first K
  *                                           step of a clearing gemm
  *                      fence wgmma_commit
- *                      fence wgmma_wait 0
+ *                      fence wgmma_wait W     (the gemm's wait, 0 unless
+ *                                              the program pipelines:
+ *                                              W groups stay in flight)
  *
  * The N atom is the widest n <= 256, a multiple of 8, dividing N (the PTX
  * ISA allows every multiple of 8 up to 256 for f32 accumulation, for the
@@ -334,7 +336,7 @@ static Stmt *lower_gemm(GemmCtx *ctx, Stmt *s)
         }
     }
     ir_seq_append(k, seq, new_fence(k, s->loc, FENCE_WGMMA_COMMIT, 0));
-    ir_seq_append(k, seq, new_fence(k, s->loc, FENCE_WGMMA_WAIT, 0));
+    ir_seq_append(k, seq, new_fence(k, s->loc, FENCE_WGMMA_WAIT, s->u.gemm.wait));
     return seq;
 }
 

@@ -25,9 +25,18 @@
  * iteration i + S into the same slot.  The copies are the body's skeleton
  * (async_skeleton): the guards around them stay, and BYTES is a select on
  * the guards, so the barrier traffic happens in every iteration whatever
- * the guards say.  A pipelined loop inside another loop counts its
- * iterations on from one run to the next (a mutable base), so the phases
- * stay in step.  A pipelined loop without TMA copies is a serial loop.
+ * the guards say.  A pipelined loop without TMA copies is a serial loop.
+ *
+ * A pipelined loop inside another loop (a persistent kernel's loop over
+ * tiles) counts its iterations on from one run to the next: a mutable
+ * base, zero at the top of the kernel, grows by max(trip count, 0) after
+ * each run, so the phases stay in step whatever the trip counts are,
+ * zero included.  The producer and the consumer of a pair each keep their
+ * own base (they run in different threads) and add the same trip counts,
+ * so they agree on every iteration's stage and parity.  With the base, a
+ * role-both prologue can reuse a slot of the previous run, so it waits
+ * for that slot's empty phase like the refills do; the producer half
+ * already does (`i >= S` with the global i).
  *
  * Barriers are initialised once at the top of the kernel by thread 0,
  * followed by fence mbarrier_init and a block barrier.
@@ -56,6 +65,7 @@ typedef struct {
     Buffer *full, *empty;
     PtrVec versioned;
     Var *base;           /* nested loops: iterations of earlier runs */
+    Var *consumer_base;  /* the same count, kept by the consumer of a pair */
 } Pipe;
 
 static void collect_loops(PipeCtx *c, Stmt *s, bool in_loop)
@@ -439,10 +449,29 @@ static void make_rings(PipeCtx *c, Pipe *p, Loc loc)
     loop->u.loop.kind = LOOP_UNROLL;
     loop->u.loop.body = body;
     ir_seq_append(k, c->inits, loop);
-    if (p->base) {
-        Stmt *zero = let(k, p->base, pass_index(k, 0), loc);
-        ir_seq_append(k, c->prefix, zero);
-    }
+    if (p->base)
+        ir_seq_append(k, c->prefix, let(k, p->base, pass_index(k, 0), loc));
+    if (p->consumer_base)
+        ir_seq_append(k, c->prefix, let(k, p->consumer_base, pass_index(k, 0), loc));
+}
+
+/* base = base + max(trip count of loop, 0), after a run of loop. */
+static Stmt *advance_base(Kernel *k, Var *base, const Stmt *loop)
+{
+    Stmt *add = ir_new_stmt(k, STMT_ASSIGN, loop->loc);
+    add->u.assign.var = base;
+    add->u.assign.value = pass_add(k, ir_var(k, base),
+                                   ir_binary(k, BIN_MAX, trip_count(k, loop),
+                                             pass_index(k, 0)));
+    return add;
+}
+
+/* loop; base += its trips (what replaces a nested loop of a pair). */
+static Stmt *with_advance(Kernel *k, Stmt *loop, Var *base)
+{
+    Stmt *out = ir_seq(k, &loop, 1);
+    ir_seq_append(k, out, advance_base(k, base, loop));
+    return out;
 }
 
 /* Adds the stage dimension to every versioned buffer (after re-indexing:
@@ -491,9 +520,18 @@ static Stmt *pipeline_both(PipeCtx *c, Pipe *p, Stmt *skeleton)
 
     /* prologue: thread 0 issues iterations 0 .. min(S, n) - 1 */
     Stmt *pro_body = ir_seq(k, NULL, 0);
-    Var *pro_stage;
+    Var *pro_stage, *pro_parity, *pro_it;
     Expr *j_global = p->base ? pass_add(k, ir_var(k, p->base), ir_var(k, j)) : ir_var(k, j);
-    stage_lets(k, pro_body, p, j_global, &pro_stage, NULL, NULL, loc);
+    stage_lets(k, pro_body, p, j_global, &pro_stage, p->base ? &pro_parity : NULL,
+               &pro_it, loc);
+    if (p->base) { /* the slot's previous use may be the last run's */
+        Expr *reused = ir_binary(k, BIN_GE, ir_var(k, pro_it), pass_index(k, S));
+        Stmt *wait = async_mbarrier(k, MBAR_WAIT, p->empty, ir_var(k, pro_stage),
+                                    ir_binary(k, BIN_XOR, ir_var(k, pro_parity),
+                                              pass_index(k, 1)),
+                                    loc);
+        ir_seq_append(k, pro_body, async_if(k, reused, as_seq(k, wait), loc));
+    }
     ir_seq_append(k, pro_body, async_mbarrier(k, MBAR_EXPECT_TX, p->full,
                                               ir_var(k, pro_stage), first_bytes, loc));
     append_all(k, pro_body, first);
@@ -537,14 +575,8 @@ static Stmt *pipeline_both(PipeCtx *c, Pipe *p, Stmt *skeleton)
     Stmt *out = ir_seq(k, NULL, 0);
     ir_seq_append(k, out, async_if(k, async_thread_is(k, 0), pro_loop, loc));
     ir_seq_append(k, out, loop);
-    if (p->base) {
-        Stmt *add = ir_new_stmt(k, STMT_ASSIGN, loc);
-        add->u.assign.var = p->base;
-        add->u.assign.value = pass_add(k, ir_var(k, p->base),
-                                       ir_binary(k, BIN_MAX, trip_count(k, loop),
-                                                 pass_index(k, 0)));
-        ir_seq_append(k, out, add);
-    }
+    if (p->base)
+        ir_seq_append(k, out, advance_base(k, p->base, loop));
     return out;
 }
 
@@ -558,7 +590,7 @@ static void pipeline_pair(PipeCtx *c, Pipe *p)
 
     Stmt *pbody = ir_seq(k, NULL, 0);
     Var *pstage, *pparity, *pit;
-    stage_lets(k, pbody, p, iteration(k, prod, ir_var(k, prod->u.loop.var), NULL),
+    stage_lets(k, pbody, p, iteration(k, prod, ir_var(k, prod->u.loop.var), p->base),
                &pstage, &pparity, &pit, loc);
     Expr *used = ir_binary(k, BIN_GE, ir_var(k, pit), pass_index(k, p->stages));
     Stmt *wait = async_mbarrier(k, MBAR_WAIT, p->empty, ir_var(k, pstage),
@@ -571,7 +603,8 @@ static void pipeline_pair(PipeCtx *c, Pipe *p)
 
     Stmt *cbody = ir_seq(k, NULL, 0);
     Var *cstage, *cparity;
-    stage_lets(k, cbody, p, iteration(k, cons, ir_var(k, cons->u.loop.var), NULL),
+    stage_lets(k, cbody, p, iteration(k, cons, ir_var(k, cons->u.loop.var),
+                                      p->consumer_base),
                &cstage, &cparity, NULL, loc);
     ir_seq_append(k, cbody, async_mbarrier(k, MBAR_WAIT, p->full, ir_var(k, cstage),
                                            ir_var(k, cparity), loc));
@@ -626,6 +659,15 @@ static Stmt *replace(PipeCtx *c, Stmt *s, Stmt *const *from, Stmt *const *to, in
     default:
         return s;
     }
+}
+
+/* Is loop (one of c->loops) inside another loop? */
+static bool nested_loop(const PipeCtx *c, const Stmt *loop)
+{
+    for (int i = 0; i < c->loops.count; i++)
+        if (c->loops.items[i] == loop)
+            return c->nested.items[i] != NULL;
+    return false;
 }
 
 static Stmt *find_consumer(PipeCtx *c, const Stmt *producer)
@@ -702,9 +744,22 @@ bool pass_pipeline_loops(Kernel *k, Diag *diag)
         }
         if (c.nested.items[i])
             p.base = ir_new_var(k, "pipe_base", PASS_INDEX_TYPE, VAR_MUTABLE);
+        if (p.consumer && nested_loop(&c, p.consumer))
+            p.consumer_base = ir_new_var(k, "pipe_base", PASS_INDEX_TYPE, VAR_MUTABLE);
+        if ((p.base != NULL) != (p.consumer_base != NULL) && p.consumer) {
+            pass_error(diag, &c.ok, loop->loc, "the producer and the consumer of a "
+                       "pipeline must both be in a loop, or both not");
+            continue;
+        }
         make_rings(&c, &p, loop->loc);
         if (role == PIPE_PRODUCER) {
             pipeline_pair(&c, &p);
+            if (p.base) {
+                vec_push(k->arena, &from, p.loop);
+                vec_push(k->arena, &to, with_advance(k, p.loop, p.base));
+                vec_push(k->arena, &from, p.consumer);
+                vec_push(k->arena, &to, with_advance(k, p.consumer, p.consumer_base));
+            }
         } else {
             vec_push(k->arena, &from, loop);
             vec_push(k->arena, &to, pipeline_both(&c, &p, skeleton));

@@ -535,6 +535,10 @@ static Stmt *vec_stmt(Vectorizer *z, Stmt *s)
     switch (s->kind) {
     case STMT_SEQ: return vec_seq(z, s);
     case STMT_LET: {
+        /* a mutable var (or a let without value) has no lane-wide form:
+         * vec_seq would hand it straight back here; leave the loop
+         * unrolled */
+        if (s->u.let.var->kind != VAR_LET || !s->u.let.value) return NULL;
         Stmt *seq = ir_seq(z->k, &s, 1);
         return vec_seq(z, seq);
     }

@@ -27,10 +27,19 @@
  * already in the consumer branch become the named barrier `1, C`, the one
  * the consumers can reach without the producer.
  *
+ * The pipelined loop may sit inside serial loops (a persistent kernel's
+ * loop over tiles): then the producer gets the skeleton of the nest (each
+ * enclosing loop's header and the lets before the inner loop that the
+ * copies need) and the consumers the whole original nest, so the producer
+ * runs on into the next tile's K blocks while the consumers finish the
+ * current tile's epilogue.  Both halves run the same trip counts, which
+ * pipeline_loops relies on to keep stage and parity in step.
+ *
  * A loop qualifies when it is the kernel's only pipelined loop, sits at the
- * top of the launch body, every copy in its body writing shared memory is
- * a pipelined TMA copy, nothing else in the body writes those buffers, the
- * copies read only values the producer can compute, and the block has a
+ * top of the launch body or in a nest of serial loops there, every copy in
+ * its body writing shared memory is a pipelined TMA copy, nothing else in
+ * the body writes those buffers, the copies and the enclosing loops'
+ * bounds read only values the producer can compute, and the block has a
  * multiple of 128 threads (at most 896).  Hint off: nothing happens; on:
  * a loop that does not qualify is an error giving the reason.
  *
@@ -45,13 +54,24 @@
 #define MAX_REGISTERS 240
 #define REGISTER_FILE 65536
 #define MAX_BLOCK_THREADS 1024
+#define MAX_NEST 16
+
+/* The way from the launch body down to the pipelined loop: level d is the
+ * sequence seq[d] and the index of the statement on the way in it; every
+ * level but the last holds a serial loop there. */
+typedef struct {
+    Stmt *seq[MAX_NEST];
+    int index[MAX_NEST];
+    int depth;
+} Path;
 
 typedef struct {
     Kernel *k;
     int loops;           /* pipelined loops in the kernel */
     Stmt *loop;          /* the first one */
     PtrVec dup_vars;     /* lets before the loop the producer recomputes */
-    const Var *loop_var;
+    PtrVec loop_vars;    /* the pipelined loop's and the enclosing loops' */
+    Path path;
 } WsCtx;
 
 static void count_loops(void *opaque, Stmt *s)
@@ -142,7 +162,7 @@ static bool producer_knows(void *opaque, const Var *v)
     WsCtx *w = opaque;
     if (v->kind == VAR_SYMBOL || v->kind == VAR_SCALAR || v->kind == VAR_BLOCK)
         return true;
-    return v == w->loop_var || member(&w->dup_vars, v);
+    return member(&w->loop_vars, v) || member(&w->dup_vars, v);
 }
 
 static bool expr_known(WsCtx *w, const Expr *e)
@@ -153,9 +173,84 @@ static bool expr_known(WsCtx *w, const Expr *e)
     return async_missing_var(&probe, producer_knows, w) == NULL;
 }
 
-/* Why the loop does not qualify, or NULL; *index is its place in the
- * top-level sequence. */
-static const char *qualify(WsCtx *w, int *index, Stmt **skeleton)
+/* Finds the way down to w->loop through sequences and serial loops
+ * (w->path); false when it is elsewhere (under an IF, in a parallel). */
+static bool find_path(WsCtx *w, Stmt *seq, int depth)
+{
+    if (!seq || seq->kind != STMT_SEQ || depth >= MAX_NEST)
+        return false;
+    for (int i = 0; i < seq->u.seq.count; i++) {
+        Stmt *s = seq->u.seq.items[i];
+        bool found = s == w->loop ||
+                     (s->kind == STMT_FOR && s->u.loop.kind == LOOP_SERIAL &&
+                      find_path(w, s->u.loop.body, depth + 1));
+        if (found) {
+            w->path.seq[depth] = seq;
+            w->path.index[depth] = i;
+            if (s == w->loop)
+                w->path.depth = depth + 1;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The statement on the way at level d: an enclosing loop, or the
+ * pipelined loop at the last level. */
+static Stmt *path_item(const Path *p, int d)
+{
+    return p->seq[d]->u.seq.items[p->index[d]];
+}
+
+static void find_return(void *opaque, Stmt *s)
+{
+    bool *found = opaque;
+    if (s->kind == STMT_RETURN)
+        *found = true;
+}
+
+/* Does a thread leave before it is done with the pipeline (a return
+ * before the way down at the top level, in an enclosing loop or in the
+ * pipelined loop)?  The producer would wait for its arrivals forever. */
+static bool early_return(WsCtx *w)
+{
+    bool found = false;
+    const Path *p = &w->path;
+    for (int i = 0; i < p->index[0]; i++)
+        pass_visit_stmts(p->seq[0]->u.seq.items[i], find_return, &found);
+    pass_visit_stmts(path_item(p, 0), find_return, &found);
+    return found;
+}
+
+/* Adds the lets of level d before the way down that the producer can
+ * compute, and checks the bounds of the loop on the way. */
+static const char *walk_level(WsCtx *w, int d)
+{
+    Kernel *k = w->k;
+    Stmt *seq = w->path.seq[d];
+    for (int i = 0; i < w->path.index[d]; i++) {
+        Stmt *s = seq->u.seq.items[i];
+        if (s->kind == STMT_LET && s->u.let.var->kind == VAR_LET &&
+            async_uniform_scalar(s->u.let.value) && expr_known(w, s->u.let.value))
+            vec_push(k->arena, &w->dup_vars, s->u.let.var);
+        if (d > 0 && s->kind == STMT_ALLOC && s->u.alloc.buffer->scope == SCOPE_SHARED)
+            return arena_printf(k->arena, "the shared buffer '%s' is declared inside "
+                                "the loop around the pipelined loop",
+                                s->u.alloc.buffer->name);
+    }
+    Stmt *loop = path_item(&w->path, d);
+    if (!expr_known(w, loop->u.loop.begin) || !expr_known(w, loop->u.loop.end))
+        return d + 1 < w->path.depth
+                   ? "the bounds of the loop around the pipelined loop depend on "
+                     "values the producer warpgroup does not compute"
+                   : "the loop bounds depend on values the producer warpgroup does "
+                     "not compute";
+    vec_push(k->arena, &w->loop_vars, loop->u.loop.var);
+    return NULL;
+}
+
+/* Why the loop does not qualify, or NULL (w->path set when it does). */
+static const char *qualify(WsCtx *w, Stmt **skeleton)
 {
     Kernel *k = w->k;
     Arena *a = k->arena;
@@ -165,13 +260,9 @@ static const char *qualify(WsCtx *w, int *index, Stmt **skeleton)
     if (w->loops > 1)
         return arena_printf(a, "the kernel has %d pipelined loops (warp "
                             "specialisation handles one)", w->loops);
-    Stmt *body = k->body;
-    *index = -1;
-    for (int i = 0; body->kind == STMT_SEQ && i < body->u.seq.count; i++)
-        if (body->u.seq.items[i] == w->loop)
-            *index = i;
-    if (*index < 0)
-        return "the pipelined loop is not at the top level of the launch body";
+    if (!find_path(w, k->body, 0))
+        return "the pipelined loop is neither at the top level of the launch "
+               "body nor in serial loops there";
     int C = k->compute_threads;
     if (C % PRODUCER_THREADS != 0)
         return arena_printf(a, "the block has %d threads, not a multiple of %d",
@@ -186,17 +277,12 @@ static const char *qualify(WsCtx *w, int *index, Stmt **skeleton)
     const char *why = body_problem(k, w->loop->u.loop.body, &dst, true);
     if (why)
         return why;
-    /* the lets before the loop that the producer can recompute */
-    for (int i = 0; i < *index; i++) {
-        Stmt *s = body->u.seq.items[i];
-        if (s->kind == STMT_LET && s->u.let.var->kind == VAR_LET &&
-            async_uniform_scalar(s->u.let.value) && expr_known(w, s->u.let.value))
-            vec_push(a, &w->dup_vars, s->u.let.var);
-    }
-    w->loop_var = w->loop->u.loop.var;
-    if (!expr_known(w, w->loop->u.loop.begin) || !expr_known(w, w->loop->u.loop.end))
-        return "the loop bounds depend on values the producer warpgroup does "
-               "not compute";
+    if (early_return(w))
+        return "a thread may return before the pipelined loop is done, leaving "
+               "the producer warpgroup waiting";
+    for (int d = 0; d < w->path.depth; d++)
+        if ((why = walk_level(w, d)))
+            return why;
     *skeleton = async_skeleton(k, w->loop->u.loop.body);
     const Var *missing = async_missing_var(*skeleton, producer_knows, w);
     if (missing)
@@ -226,37 +312,61 @@ static Stmt *pipelined_loop(Kernel *k, const Stmt *loop, PipeRole role,
     return s;
 }
 
-static void split(WsCtx *w, int index, Stmt *skeleton)
+/* The producer's part of level d and below: the lets it recomputes, then
+ * the enclosing loop's header around the next level, or the producer loop
+ * with the skeleton.  Shares nodes with the original (copied by the
+ * caller). */
+static Stmt *producer_nest(WsCtx *w, int d, Stmt *skeleton)
+{
+    Kernel *k = w->k;
+    Stmt *out = ir_seq(k, NULL, 0);
+    Stmt *seq = w->path.seq[d];
+    for (int i = 0; i < w->path.index[d]; i++) {
+        Stmt *s = seq->u.seq.items[i];
+        if (s->kind == STMT_LET && member(&w->dup_vars, s->u.let.var))
+            ir_seq_append(k, out, s);
+    }
+    Stmt *item = path_item(&w->path, d);
+    if (d + 1 == w->path.depth) {
+        ir_seq_append(k, out, pipelined_loop(k, item, PIPE_PRODUCER, skeleton));
+        return out;
+    }
+    Stmt *loop = ir_new_stmt(k, STMT_FOR, item->loc);
+    loop->u.loop = item->u.loop;
+    loop->u.loop.body = producer_nest(w, d + 1, skeleton);
+    ir_seq_append(k, out, loop);
+    return out;
+}
+
+static void split(WsCtx *w, Stmt *skeleton)
 {
     Kernel *k = w->k;
     Stmt *body = k->body, *loop = w->loop;
     Loc loc = loop->loc;
     int C = k->compute_threads;
+    int index = w->path.index[0];
     Stmt *top = ir_seq(k, NULL, 0);
     top->loc = body->loc;
-    Stmt *producer = ir_seq(k, NULL, 0);
     Stmt *consumer = ir_seq(k, NULL, 0);
     int registers = (REGISTER_FILE - PRODUCER_THREADS * PRODUCER_REGISTERS) / C / 8 * 8;
     if (registers > MAX_REGISTERS)
         registers = MAX_REGISTERS;
     ir_seq_append(k, consumer, async_fence(k, FENCE_SETMAXNREG_INC, registers, loc));
-    for (int i = 0; i < index; i++) {
+    /* the skeleton shares nodes with the consumer's body: copy it (and the
+     * lets and loops, whose vars are cloned) before the consumer's copies
+     * go */
+    Stmt *producer = ir_copy_stmt(k, producer_nest(w, 0, skeleton));
+    /* the consumers run the original nest with the consumer loop in place
+     * of the pipelined one */
+    Path *p = &w->path;
+    p->seq[p->depth - 1]->u.seq.items[p->index[p->depth - 1]] =
+        pipelined_loop(k, loop, PIPE_CONSUMER, async_strip(k, loop->u.loop.body));
+    for (int i = 0; i < body->u.seq.count; i++) {
         Stmt *s = body->u.seq.items[i];
-        bool shared_alloc = s->kind == STMT_ALLOC &&
+        bool shared_alloc = i < index && s->kind == STMT_ALLOC &&
                             s->u.alloc.buffer->scope == SCOPE_SHARED;
         ir_seq_append(k, shared_alloc ? top : consumer, s);
-        if (s->kind == STMT_LET && member(&w->dup_vars, s->u.let.var))
-            ir_seq_append(k, producer, s);
     }
-    /* the skeleton shares nodes with the consumer's body: copy it (and the
-     * lets, whose vars are cloned) before the consumer's copies go */
-    ir_seq_append(k, producer, pipelined_loop(k, loop, PIPE_PRODUCER, skeleton));
-    producer = ir_copy_stmt(k, producer);
-    Stmt *consumer_loop = pipelined_loop(k, loop, PIPE_CONSUMER,
-                                         async_strip(k, loop->u.loop.body));
-    ir_seq_append(k, consumer, consumer_loop);
-    for (int i = index + 1; i < body->u.seq.count; i++)
-        ir_seq_append(k, consumer, body->u.seq.items[i]);
     pass_visit_stmts(consumer, name_barriers, k);
 
     Stmt *producer_branch = ir_seq(k, NULL, 0);
@@ -292,9 +402,8 @@ bool pass_warp_specialize(Kernel *k, Diag *diag)
     if (done)
         return true;
     WsCtx w = {.k = k};
-    int index = -1;
     Stmt *skeleton = NULL;
-    const char *why = qualify(&w, &index, &skeleton);
+    const char *why = qualify(&w, &skeleton);
     if (why) {
         if (k->hint_warp_specialize == HINT_ON) {
             diag_error(diag, w.loop ? w.loop->loc : k->loc,
@@ -303,6 +412,6 @@ bool pass_warp_specialize(Kernel *k, Diag *diag)
         }
         return true;
     }
-    split(&w, index, skeleton);
+    split(&w, skeleton);
     return true;
 }

@@ -18,6 +18,11 @@
  * reads one per tile and K step).  K == 0 makes D zero without a launch
  * (a tensor map cannot describe an empty matrix); M == 0 or N == 0 does
  * nothing.
+ *
+ * The persistent instances of gemm_bf16 (kernels/gemm_persistent.tk) take
+ * the SM count of the current context's device, read once per device
+ * through the driver table and cached: the kernel launches min(SMs,
+ * tiles) blocks and steps over the tiles by the SM count.
  */
 #include "api_gemm.h"
 #include "tk_internal.h"
@@ -28,21 +33,30 @@
 #define TK_GEMM_SCALE_BLOCK 128
 /* The column-major scale layout pads A's rows to this many (tk_sf_desc). */
 #define TK_GEMM_SFA_ROW_ALIGN 4
+/* Devices whose SM count is cached (ordinals beyond ask every time). */
+#define TK_GEMM_CACHED_DEVICES 64
 
 typedef tk_status (*tk__gemm_bf16_launcher)(const tk_tensor *a, const tk_tensor *b,
                                             const tk_tensor *d, tk_stream stream);
+typedef tk_status (*tk__gemm_bf16_persistent_launcher)(const tk_tensor *a,
+                                                       const tk_tensor *b,
+                                                       const tk_tensor *d, int32_t sms,
+                                                       tk_stream stream);
 typedef tk_status (*tk__gemm_fp8_launcher)(const tk_tensor *a, const tk_tensor *sfa,
                                            const tk_tensor *b, const tk_tensor *sfb,
                                            const tk_tensor *d, tk_stream stream);
 
-/* Indexed by tk__gemm_variant. */
+/* Indexed by tk__gemm_variant; one of the launchers is set. */
 static const struct {
     const char *name;
     tk__gemm_bf16_launcher launcher;
+    tk__gemm_bf16_persistent_launcher persistent;
 } tk__gemm_bf16_instances[] = {
-    {"gemm_bf16__default", tkl_gemm_bf16__default},
-    {"gemm_bf16__tma_off", tkl_gemm_bf16__tma_off},
-    {"gemm_bf16__ws_off", tkl_gemm_bf16__ws_off},
+    {"gemm_bf16__default", tkl_gemm_bf16__default, NULL},
+    {"gemm_bf16__tma_off", tkl_gemm_bf16__tma_off, NULL},
+    {"gemm_bf16__ws_off", tkl_gemm_bf16__ws_off, NULL},
+    {"gemm_bf16_persistent__default", NULL, tkl_gemm_bf16_persistent__default},
+    {"gemm_bf16_persistent__ws_off", NULL, tkl_gemm_bf16_persistent__ws_off},
 };
 
 static const struct {
@@ -56,11 +70,44 @@ static const struct {
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
-static tk_status tk__check_variant(const char *function, tk__gemm_variant variant)
+/* variant indexes a table of count instances. */
+static tk_status tk__check_variant(const char *function, tk__gemm_variant variant,
+                                   int count)
 {
-    if ((int)variant < 0 || (int)variant >= TK_COUNT(tk__gemm_bf16_instances))
+    if ((int)variant < 0 || (int)variant >= count)
         return tk__fail(TK_ERROR_INVALID_ARGUMENT, "%s: unknown instance variant %d",
                         function, (int)variant);
+    return TK_SUCCESS;
+}
+
+/* The number of SMs of the current context's device, cached per device
+ * ordinal (every thread that races to fill a slot writes the same value). */
+static tk_status tk__gemm_sm_count(const char *function, int32_t *sms)
+{
+    static int cached[TK_GEMM_CACHED_DEVICES];
+    const tk__driver_api *api;
+    tk_status status = tk__driver(&api);
+    if (status != TK_SUCCESS)
+        return status;
+    CUdevice device;
+    CUresult result = api->cuCtxGetDevice(&device);
+    if (result != CUDA_SUCCESS)
+        return tk__cuda_fail(TK_ERROR_DRIVER, result, "%s: reading the current device",
+                             function);
+    bool cacheable = device >= 0 && device < TK_GEMM_CACHED_DEVICES;
+    int count = cacheable ? __atomic_load_n(&cached[device], __ATOMIC_RELAXED) : 0;
+    if (count <= 0) {
+        result = api->cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                           device);
+        if (result != CUDA_SUCCESS)
+            return tk__cuda_fail(TK_ERROR_DRIVER, result, "%s: reading the SM count",
+                                 function);
+        if (count < 1)
+            count = 1;
+        if (cacheable)
+            __atomic_store_n(&cached[device], count, __ATOMIC_RELAXED);
+    }
+    *sms = count;
     return TK_SUCCESS;
 }
 
@@ -127,7 +174,8 @@ tk_status tk__gemm_bf16_variant(const tk_tensor *a, const tk_tensor *b, const tk
     static const char function[] = "tk_gemm_bf16";
     tk__set_last_instance(NULL);
     tk_status status;
-    if ((status = tk__check_variant(function, variant)) ||
+    if ((status = tk__check_variant(function, variant,
+                                    TK_COUNT(tk__gemm_bf16_instances))) ||
         (status = tk__check_operands(function, a, b, d, TK_BF16, 8)))
         return status;
     if (tk__tensor_empty(d))
@@ -135,7 +183,12 @@ tk_status tk__gemm_bf16_variant(const tk_tensor *a, const tk_tensor *b, const tk
     if (a->shape[1] == 0)
         return tk__gemm_zero(function, d, stream);
     tk__set_last_instance(tk__gemm_bf16_instances[variant].name);
-    return tk__gemm_bf16_instances[variant].launcher(a, b, d, stream);
+    if (tk__gemm_bf16_instances[variant].launcher)
+        return tk__gemm_bf16_instances[variant].launcher(a, b, d, stream);
+    int32_t sms = 1;
+    if ((status = tk__gemm_sm_count(function, &sms)))
+        return status;
+    return tk__gemm_bf16_instances[variant].persistent(a, b, d, sms, stream);
 }
 
 tk_status tk_gemm_bf16(const tk_tensor *a, const tk_tensor *b, const tk_tensor *d,
@@ -205,7 +258,8 @@ tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a, const tk_tensor *
     static const char function[] = "tk_gemm_fp8_blockscaled";
     tk__set_last_instance(NULL);
     tk_status status;
-    if ((status = tk__check_variant(function, variant)) ||
+    if ((status = tk__check_variant(function, variant,
+                                    TK_COUNT(tk__gemm_fp8_instances))) ||
         (status = tk__check_operands(function, a, b, d, TK_E4M3, 16)))
         return status;
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];

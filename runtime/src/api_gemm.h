@@ -2,18 +2,23 @@
  * api_gemm.h -- the GEMM entry points' instance selection, for libtk's
  * tests and tkbench only (never installed): the differential tests run the
  * same validated call on the instances of kernels/gemm.tk that forbid TMA
- * or warp specialisation, and compare them with the default one.
+ * or warp specialisation, and on the persistent form of gemm_bf16
+ * (kernels/gemm_persistent.tk), and compare them with the default one.
  */
 #ifndef TK_API_GEMM_H
 #define TK_API_GEMM_H
 
 #include "tk_internal.h"
 
-/* Which instance of a GEMM kernel a call launches. */
+/* Which instance of a GEMM kernel a call launches.  The persistent ones
+ * exist for gemm_bf16 only (kernels/gemm_persistent.tk: one block per SM
+ * looping over the tiles); the fp8 GEMM rejects them. */
 typedef enum tk__gemm_variant {
-    TK__GEMM_DEFAULT = 0, /* TMA and warp specialisation where legal      */
-    TK__GEMM_TMA_OFF = 1, /* copies through registers, no tensor maps     */
-    TK__GEMM_WS_OFF = 2   /* TMA pipeline without a producer warpgroup    */
+    TK__GEMM_DEFAULT = 0,           /* TMA and warp specialisation where legal */
+    TK__GEMM_TMA_OFF = 1,           /* copies through registers, no tensor maps */
+    TK__GEMM_WS_OFF = 2,            /* TMA pipeline without a producer warpgroup */
+    TK__GEMM_PERSISTENT = 3,        /* bf16: persistent, warp-specialised */
+    TK__GEMM_PERSISTENT_WS_OFF = 4  /* bf16: persistent, no producer warpgroup */
 } tk__gemm_variant;
 
 /* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)

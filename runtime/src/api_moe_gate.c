@@ -11,8 +11,12 @@
  *   topk_sum_and_topk_group_idx__eg<N>[_any] group size <= N, _any when
  *                                            the group size is not a
  *                                            multiple of 4 (no vectors)
- *   top2_sum_gate__r<128|256|384>            R <= 128 ... 384 (the spec's
- *                                            largest expert count)
+ *   top2_sum_gate__pair<128|256>             two tokens per warp (16 lanes
+ *                                            each): R <= 128 or 256, K + S
+ *                                            <= 16, G <= 16 in grouped mode
+ *   top2_sum_gate__r<128|256|384>            one token per warp: the rest,
+ *                                            R <= 384 (the spec's largest
+ *                                            expert count)
  *   normalize_weight__default
  *
  * Optional top2_sum_gate tensors reach the kernel as empty tensors plus a
@@ -33,6 +37,11 @@
 #define TK_TOP2_MAX_EXPERTS 384
 /* One warp per token: ranks and slots live in lanes. */
 #define TK_GATE_WARP 32
+/* top2_sum_gate's pair instances: a token has 16 lanes (slots and group
+ * ranks live in them) and 64 experts per vector column; pair128 holds 2
+ * columns, pair256 4, so they step by 128 experts as the others do. */
+#define TK_TOP2_PAIR_LANES 16
+#define TK_TOP2_PAIR_MAX_EXPERTS 256
 
 typedef tk_status (*tk__gate_launcher)(const tk_tensor *a, const tk_tensor *b,
                                        tk_stream stream);
@@ -176,13 +185,17 @@ tk_status tk_topk_sum_and_topk_group_idx(const tk_tensor *scores,
 typedef tk_status (*tk__top2_launcher)(
     const tk_tensor *, const tk_tensor *, const tk_tensor *, const tk_tensor *,
     const tk_tensor *, const tk_tensor *, const tk_tensor *, const tk_tensor *,
-    const tk_tensor *, int32_t, int32_t, int32_t, int32_t, bool, bool, bool,
-    bool, int32_t, int32_t, int32_t, int32_t, int32_t, float, tk_stream);
+    const tk_tensor *, int32_t, int32_t, int32_t, int32_t, int32_t, bool, bool,
+    bool, bool, int32_t, int32_t, int32_t, int32_t, int32_t, float, tk_stream);
 
 static const tk__top2_launcher tk__top2_launchers[] = {
     tkl_top2_sum_gate__r128, tkl_top2_sum_gate__r256, tkl_top2_sum_gate__r384};
 static const char *const tk__top2_names[] = {
     "top2_sum_gate__r128", "top2_sum_gate__r256", "top2_sum_gate__r384"};
+static const tk__top2_launcher tk__top2_pair_launchers[] = {
+    tkl_top2_sum_gate__pair128, tkl_top2_sum_gate__pair256};
+static const char *const tk__top2_pair_names[] = {
+    "top2_sum_gate__pair128", "top2_sum_gate__pair256"};
 
 /* An optional 1-D tensor of `length` elements of `dtype` (NULL = absent);
  * *empty receives the empty stand-in the kernel gets when it is absent. */
@@ -431,15 +444,30 @@ tk_status tk_top2_sum_gate(const tk_tensor *logits, const tk_tensor *bias,
     if (tokens == 1)
         unmapped.strides[0] = topk;
     unmapped.strides[1] = 1;
-    int which = (int)((routed - 1) / TK_GATE_EXPERTS_PER_VECTOR);
-    tk__set_last_instance(tk__top2_names[which]);
-    return tk__top2_launchers[which](
+    /* Two tokens per warp where a token's slots and group ranks fit in 16
+     * lanes (the per-token butterflies, group ranking and epilogue are
+     * then shared by two tokens); one per warp otherwise. */
+    bool grouped = options->num_groups != options->num_topk_groups;
+    int32_t group_size = grouped ? (int32_t)(routed / options->num_groups) : 0;
+    tk__top2_launcher launcher;
+    if (routed <= TK_TOP2_PAIR_MAX_EXPERTS && slots <= TK_TOP2_PAIR_LANES &&
+        (!grouped || options->num_groups <= TK_TOP2_PAIR_LANES)) {
+        int which = (int)((routed - 1) / TK_GATE_EXPERTS_PER_VECTOR);
+        tk__set_last_instance(tk__top2_pair_names[which]);
+        launcher = tk__top2_pair_launchers[which];
+    } else {
+        int which = (int)((routed - 1) / TK_GATE_EXPERTS_PER_VECTOR);
+        tk__set_last_instance(tk__top2_names[which]);
+        launcher = tk__top2_launchers[which];
+    }
+    return launcher(
         logits, bias, mask ? mask : &no_mask,
         fix_routing_mask ? fix_routing_mask : &no_fix,
         to_physical_map ? to_physical_map : &no_map,
         logical_count ? logical_count : &no_count, &unmapped, topk_idx,
         topk_weights, topk, options->num_groups, options->num_topk_groups,
-        (int32_t)options->scoring_func, mask != NULL, fix_routing_mask != NULL,
+        group_size, (int32_t)options->scoring_func, mask != NULL,
+        fix_routing_mask != NULL,
         to_physical_map != NULL, unmapped_topk_idx != NULL, options->ep_rank,
         options->tp_rank, options->num_tp_ranks, (int32_t)per_rank,
         (int32_t)(per_rank * options->num_tp_ranks),

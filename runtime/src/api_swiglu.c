@@ -3,7 +3,7 @@
  * 6.11; kernels/swiglu.tk):
  *
  *   tk_swiglu_forward_and_per_token_cast
- *       swiglu_forward_per_token_cast__<in>[_packed]  npc == 128
+ *       swiglu_forward_per_token_cast__<in>[_packed][_count]  npc == 128
  *       swiglu_forward_per_row_cast__<in>             npc == I
  *   tk_swiglu_backward_and_per_token_cast
  *       swiglu_backward_clear_weight_grad__default, then
@@ -26,10 +26,13 @@
 #include "tk_kernels.h"
 
 #define TK_SWIGLU_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
-/* The original sizes its counting grid at 4 CTAs per SM (spec 6.9). */
-#define TK_SWIGLU_COUNT_BLOCKS_PER_SM 4
+/* The original sizes its counting grid at 4 CTAs per SM (spec 6.9); the
+ * counting instances of swiglu_forward_per_token_cast (96 registers, 128
+ * threads) fit 5 per SM, and a grid of that many keeps every SM full while
+ * the counts still reach memory through a few thousand atomics. */
+#define TK_SWIGLU_COUNT_BLOCKS_PER_SM 5
 /* Row and column tile of swiglu_forward_per_token_cast. */
-#define TK_SWIGLU_FORWARD_ROWS 8
+#define TK_SWIGLU_FORWARD_ROWS 4
 #define TK_SWIGLU_FORWARD_COLUMNS 512
 
 /* ---- shared helpers ------------------------------------------------------ */
@@ -120,8 +123,7 @@ typedef tk_status (*tk__swiglu_block_launcher)(
     const tk_tensor *pos_to_token_topk, const tk_tensor *topk_weights,
     const tk_tensor *clamped_count, const tk_tensor *out, const tk_tensor *sf,
     const tk_tensor *sf_bytes, bool use_mask, bool use_weights, bool use_clamp,
-    float clamp, bool count, float sf_floor, bool round_sf, int32_t tiles,
-    tk_stream stream);
+    float clamp, float sf_floor, bool round_sf, int32_t tiles, tk_stream stream);
 typedef tk_status (*tk__swiglu_row_launcher)(
     const tk_tensor *x, const tk_tensor *pos_to_expert,
     const tk_tensor *pos_to_token_topk, const tk_tensor *topk_weights,
@@ -132,16 +134,21 @@ typedef tk_status (*tk__swiglu_row_launcher)(
 static const struct {
     tk_dtype in;
     bool packed;
+    bool count;
     const char *name;
     tk__swiglu_block_launcher launcher;
 } tk__swiglu_block_instances[] = {
-#define TK_INSTANCE(IN, packed, label)                                 \
-    {IN, packed, "swiglu_forward_per_token_cast__" #label,             \
+#define TK_INSTANCE(IN, packed, count, label)                          \
+    {IN, packed, count, "swiglu_forward_per_token_cast__" #label,      \
      tkl_swiglu_forward_per_token_cast__##label}
-    TK_INSTANCE(TK_BF16, false, bf16),
-    TK_INSTANCE(TK_BF16, true, bf16_packed),
-    TK_INSTANCE(TK_F32, false, f32),
-    TK_INSTANCE(TK_F32, true, f32_packed),
+    TK_INSTANCE(TK_BF16, false, false, bf16),
+    TK_INSTANCE(TK_BF16, true, false, bf16_packed),
+    TK_INSTANCE(TK_F32, false, false, f32),
+    TK_INSTANCE(TK_F32, true, false, f32_packed),
+    TK_INSTANCE(TK_BF16, false, true, bf16_count),
+    TK_INSTANCE(TK_BF16, true, true, bf16_packed_count),
+    TK_INSTANCE(TK_F32, false, true, f32_count),
+    TK_INSTANCE(TK_F32, true, true, f32_packed_count),
 #undef TK_INSTANCE
 };
 
@@ -158,7 +165,8 @@ static const struct {
 #undef TK_INSTANCE
 };
 
-/* Row tiles per block when counting: about 4 blocks per SM in all. */
+/* Row tiles per block when counting: about TK_SWIGLU_COUNT_BLOCKS_PER_SM
+ * blocks per SM in all. */
 static tk_status tk__swiglu_count_tiles(int64_t row_tiles, int64_t column_tiles,
                                         int32_t *tiles)
 {
@@ -360,13 +368,14 @@ tk_status tk_swiglu_forward_and_per_token_cast(
             return status;
         for (int i = 0; i < TK_SWIGLU_COUNT(tk__swiglu_block_instances); i++) {
             if (tk__swiglu_block_instances[i].in != x->dtype ||
-                tk__swiglu_block_instances[i].packed != packed)
+                tk__swiglu_block_instances[i].packed != packed ||
+                tk__swiglu_block_instances[i].count != count)
                 continue;
             tk__set_last_instance(tk__swiglu_block_instances[i].name);
             return tk__swiglu_block_instances[i].launcher(
                 &halves, &mask, &index, &weights, &counts, out, &f32_scales,
                 &byte_scales, pos_to_expert != NULL, topk_weights != NULL,
-                use_clamp, clamp, count, floor, round_sf, tiles, stream);
+                use_clamp, clamp, floor, round_sf, tiles, stream);
         }
     }
     /* Every combination admitted above has an instance. */

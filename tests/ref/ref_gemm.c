@@ -11,11 +11,19 @@
  * that each row of B is read once per four output rows; the element form
  * (tkbench's samples) runs the same loops on one row, so both give the
  * same sums in the same order.
+ *
+ * The kernels write bf16, so the golden reference of their output is the
+ * exact product rounded once to bf16 (ref_gemm_bf16_output): a perfect
+ * kernel then differs from it only where its f32 accumulation order moves
+ * a value across a bf16 rounding boundary, instead of by the ~2^-9
+ * relative rounding error of every element, which alone can push a small
+ * output's norm ratio past 2e-3 against an f32 reference.
  */
 #include "ref_gemm.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Rows of A that share one pass over B in the whole-matrix reference. */
 #define REF_GEMM_ROW_GROUP 4
@@ -85,7 +93,8 @@ typedef struct gemm_job {
     const ref_gemm_problem *p;
     bool fp8;
     float *a_wide, *b_wide; /* (m, k) and (n, k) widened to f32 */
-    float *out;
+    float *out;             /* one of out (f32) and out_bf16 is set */
+    uint16_t *out_bf16;
 } gemm_job;
 
 static void widen_rows_a(void *context, int64_t begin, int64_t end) {
@@ -109,23 +118,29 @@ static void gemm_rows(void *context, int64_t begin, int64_t end) {
         int64_t last = first + REF_GEMM_ROW_GROUP < p->m ? first + REF_GEMM_ROW_GROUP : p->m;
         for (int64_t j = 0; j < p->n; j++) {
             const float *b_row = job->b_wide + j * p->k;
-            for (int64_t i = first; i < last; i++)
-                job->out[i * p->n + j] =
-                    (float)gemm_row_dot(p, job->fp8, job->a_wide + i * p->k, b_row, i, j);
+            for (int64_t i = first; i < last; i++) {
+                double value = gemm_row_dot(p, job->fp8, job->a_wide + i * p->k, b_row, i, j);
+                if (job->out_bf16)
+                    job->out_bf16[i * p->n + j] = ref_gemm_bf16_from_double(value);
+                else
+                    job->out[i * p->n + j] = (float)value;
+            }
         }
     }
 }
 
-bool ref_gemm(const ref_gemm_problem *p, bool fp8, float *out) {
-    if (!p || !out || p->m < 0 || p->n < 0 || p->k < 0 || (p->m > 0 && p->k > 0 && !p->a) ||
-        (p->n > 0 && p->k > 0 && !p->b) || (fp8 && (!p->sfa || !p->sfb)))
+/* The whole product into out (f32) or out_bf16, whichever is set. */
+static bool gemm_whole(const ref_gemm_problem *p, bool fp8, float *out, uint16_t *out_bf16) {
+    if (!p || (!out && !out_bf16) || p->m < 0 || p->n < 0 || p->k < 0 ||
+        (p->m > 0 && p->k > 0 && !p->a) || (p->n > 0 && p->k > 0 && !p->b) ||
+        (fp8 && (!p->sfa || !p->sfb)))
         return false;
     if (fp8 && (p->sfa_shape.layout == TK_SF_PACKED_UE8M0 ||
                 p->sfb_shape.layout == TK_SF_PACKED_UE8M0 || p->sfa_shape.rows != p->m ||
                 p->sfa_shape.cols != p->k || p->sfb_shape.rows != p->n ||
                 p->sfb_shape.cols != p->k))
         return false;
-    gemm_job job = {p, fp8, NULL, NULL, out};
+    gemm_job job = {p, fp8, NULL, NULL, out, out_bf16};
     /* (one element more, so that empty operands still get a buffer) */
     job.a_wide = malloc((size_t)(p->m * p->k + 1) * sizeof(float));
     job.b_wide = malloc((size_t)(p->n * p->k + 1) * sizeof(float));
@@ -141,22 +156,65 @@ bool ref_gemm(const ref_gemm_problem *p, bool fp8, float *out) {
     return ok;
 }
 
+bool ref_gemm(const ref_gemm_problem *p, bool fp8, float *out) {
+    return out && gemm_whole(p, fp8, out, NULL);
+}
+
+bool ref_gemm_bf16_output(const ref_gemm_problem *p, bool fp8, uint16_t *out) {
+    return out && gemm_whole(p, fp8, NULL, out);
+}
+
+/* Rounding to f32 first and then to bf16 could round twice (a value just
+ * above a bf16 halfway point lands on it in f32 and then ties to even,
+ * downwards).  Rounding to f32 toward zero and setting the last bit when
+ * inexact ("round to odd") keeps the information that the value was above
+ * or below, and with 16 bits to spare the following RNE to bf16 is then
+ * exactly the RNE of the double; the same holds for f32 subnormals (bf16
+ * has the same exponent range) and for overflow (FLT_MAX with its odd bit
+ * rounds to infinity, as the double would). */
+uint16_t ref_gemm_bf16_from_double(double value) {
+    if (isnan(value))
+        return ref_bf16_from_f32((float)value);
+    float nearest = (float)value;
+    if (fabs((double)nearest) > fabs(value))
+        nearest = nextafterf(nearest, 0.0f);
+    if ((double)nearest != value) {
+        uint32_t bits;
+        memcpy(&bits, &nearest, sizeof bits);
+        bits |= 1u;
+        memcpy(&nearest, &bits, sizeof bits);
+    }
+    return ref_bf16_from_f32(nearest);
+}
+
 void ref_gemm_round_bf16(const float *values, int64_t count, uint16_t *out) {
     for (int64_t i = 0; i < count; i++)
         out[i] = ref_bf16_from_f32(values[i]);
 }
 
-double ref_gemm_relative_error(const uint16_t *got, const float *want, int64_t rows,
-                               int64_t cols, int64_t ld) {
+/* want is f32 values or, when want_bf16 is set, bf16 bits. */
+static double relative_error(const uint16_t *got, const float *want, const uint16_t *want_bf16,
+                             int64_t rows, int64_t cols, int64_t ld) {
     double error = 0.0, norm = 0.0;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             double g = (double)ref_bf16_to_f32(got[r * ld + c]);
             if (!isfinite(g))
                 return INFINITY;
-            double w = (double)want[r * ld + c];
+            double w = want_bf16 ? (double)ref_bf16_to_f32(want_bf16[r * ld + c])
+                                 : (double)want[r * ld + c];
             error += (g - w) * (g - w);
             norm += w * w;
         }
     return norm > 0.0 ? sqrt(error / norm) : sqrt(error);
+}
+
+double ref_gemm_relative_error(const uint16_t *got, const float *want, int64_t rows,
+                               int64_t cols, int64_t ld) {
+    return relative_error(got, want, NULL, rows, cols, ld);
+}
+
+double ref_gemm_relative_error_bf16(const uint16_t *got, const uint16_t *want, int64_t rows,
+                                    int64_t cols, int64_t ld) {
+    return relative_error(got, NULL, want, rows, cols, ld);
 }

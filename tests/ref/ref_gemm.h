@@ -9,7 +9,11 @@
  * one final rounding; the kernels accumulate in f32 in their own order, so
  * outputs are compared by the relative Frobenius error
  * ||out - ref|| / ||ref|| in double (the issue's criterion: below 2e-3),
- * never bit for bit.  Same conventions as reference.h: host memory,
+ * never bit for bit.  Their output is bf16, so the golden reference is
+ * the exact product rounded once to bf16, RNE (ref_gemm_bf16_output,
+ * compared by ref_gemm_relative_error_bf16): against it a correct kernel
+ * is off by at most a rare last-place flip, where an f32 reference would
+ * charge it the ~2^-9 rounding of every element.  Same conventions as reference.h: host memory,
  * contiguous row-major matrices unless a layout says otherwise.  A full
  * reference is O(M N K): the tests use shapes up to 1024 x 1024 x 4096;
  * tkbench checks sampled elements with ref_gemm_*_element.
@@ -49,6 +53,14 @@ double ref_gemm_fp8_element(const ref_gemm_problem *p, int64_t i, int64_t j);
  * False, writing nothing, on a bad shape or a missing operand. */
 bool ref_gemm(const ref_gemm_problem *p, bool fp8, float *out);
 
+/* The whole product as a bf16-output kernel should write it: each exact
+ * (double) element rounded once to bf16, RNE.  False as ref_gemm. */
+bool ref_gemm_bf16_output(const ref_gemm_problem *p, bool fp8, uint16_t *out);
+
+/* value rounded to bf16 bits, RNE, in one rounding (never through an
+ * RNE f32, which could round twice); NaN stays NaN. */
+uint16_t ref_gemm_bf16_from_double(double value);
+
 /* Rounds out (count f32 values) to bf16 bits, RNE (ref_bf16_from_f32). */
 void ref_gemm_round_bf16(const float *values, int64_t count, uint16_t *out);
 
@@ -61,5 +73,10 @@ void ref_gemm_round_bf16(const float *values, int64_t count, uint16_t *out);
  * zero). */
 double ref_gemm_relative_error(const uint16_t *got, const float *want, int64_t rows,
                                int64_t cols, int64_t ld);
+
+/* The same measure against a bf16 reference (want: bf16 bits, as
+ * ref_gemm_bf16_output writes them); same NaN and zero rules. */
+double ref_gemm_relative_error_bf16(const uint16_t *got, const uint16_t *want, int64_t rows,
+                                    int64_t cols, int64_t ld);
 
 #endif
