@@ -21,7 +21,7 @@
  * into detail on failure.  teardown frees everything.  GEMM rows are
  * also described by a tkb_compute (TKB_REGISTER_COMPUTE): tkbench then
  * prints them in a second table in TFLOP/s against the ceiling measured
- * in the same run.
+ * interleaved with them in the same run.
  */
 #ifndef TK_BENCH_H
 #define TK_BENCH_H
@@ -63,8 +63,11 @@ void tkb_register(const tkb_case *cases, int count);
 
 /* Compute-bound rows (the GEMMs): a registered case's floating-point
  * operations per launch, reported as TFLOP/s, and an optional
- * vendor-library launch on the same state (cuBLAS), timed the same way
- * right after the case as its ceiling; the ceiling returns
+ * vendor-library launch on the same state (cuBLAS) as its ceiling.
+ * tkbench warms both up equally and times them interleaved, launch by
+ * launch, each after its own L2 flush (the clock falls under sustained
+ * load, so back-to-back series would favour the first); the ceiling
+ * must therefore write its own output, not the case's, and returns
  * TK_ERROR_UNSUPPORTED when the library is missing. */
 typedef struct tkb_compute {
     const tkb_case *row;

@@ -2,7 +2,9 @@
  * bench_gemm.c -- tkbench rows of the GEMMs (tk_gemm_bf16,
  * tk_gemm_fp8_blockscaled, and gemm_bf16's persistent instance through
  * api_gemm.h) at the issue's shapes, in TFLOP/s against cuBLASLt run on
- * the same inputs in the same process (bench/cublas.c).
+ * the same inputs in the same process (bench/cublas.c), into its own
+ * output (d_ceiling), so that tkbench can interleave its launches with
+ * ours without either overwriting what the other's check reads.
  *
  * Inputs are random bf16 values (TileKernels' generator); the fp8 rows
  * quantise them on the GPU with libtk's own casts, per_token_cast (1 x 128,
@@ -55,6 +57,9 @@ static const gemm_params FP8_MOE = {TK_E4M3, 4096, 7168, 2048, TK__GEMM_DEFAULT}
 /* gemm_bf16's persistent instance (kernels/gemm_persistent.tk). */
 static const gemm_params BF16_8K_PERSISTENT = {TK_BF16, 8192, 8192, 8192, TK__GEMM_PERSISTENT};
 static const gemm_params BF16_MOE_PERSISTENT = {TK_BF16, 4096, 7168, 2048, TK__GEMM_PERSISTENT};
+static const gemm_params BF16_8K_BAND16 = {TK_BF16, 8192, 8192, 8192, TK__GEMM_PERSISTENT_BAND16};
+static const gemm_params BF16_MOE_BAND16 = {TK_BF16, 4096, 7168, 2048,
+                                            TK__GEMM_PERSISTENT_BAND16};
 
 static void teardown(const tkb_context *ctx, void *opaque) {
     gemm_state *s = opaque;
@@ -302,18 +307,22 @@ static bool verify(const tkb_context *ctx, void *opaque, char *detail, size_t si
 #define FLOPS(m, n, k) (2.0 * (double)(m) * (double)(n) * (double)(k))
 
 static const tkb_case CASES[] = {
-    {"gemm_bf16", "8192x8192x8192", "bf16 f32-acc ->bf16", setup, launch, verify, teardown,
-     &BF16_8K},
-    {"gemm_bf16", "4096x7168x2048", "bf16 f32-acc ->bf16", setup, launch, verify, teardown,
-     &BF16_MOE},
+    {"gemm_bf16", "8192x8192x8192", "bf16 f32-acc ->bf16, tile per block", setup, launch,
+     verify, teardown, &BF16_8K},
+    {"gemm_bf16", "4096x7168x2048", "bf16 f32-acc ->bf16, tile per block", setup, launch,
+     verify, teardown, &BF16_MOE},
     {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 1x128,128x128 ->bf16", setup, launch,
      verify, teardown, &FP8_8K},
     {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 1x128,128x128 ->bf16", setup, launch,
      verify, teardown, &FP8_MOE},
-    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 f32-acc ->bf16", setup, launch, verify,
-     teardown, &BF16_8K_PERSISTENT},
-    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 f32-acc ->bf16", setup, launch, verify,
-     teardown, &BF16_MOE_PERSISTENT},
+    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 (tk_gemm_bf16) bands of 8", setup, launch,
+     verify, teardown, &BF16_8K_PERSISTENT},
+    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 (tk_gemm_bf16) bands of 8", setup, launch,
+     verify, teardown, &BF16_MOE_PERSISTENT},
+    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 bands of 16", setup, launch, verify,
+     teardown, &BF16_8K_BAND16},
+    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 bands of 16", setup, launch, verify,
+     teardown, &BF16_MOE_BAND16},
 };
 TKB_REGISTER(CASES)
 
@@ -324,5 +333,7 @@ static const tkb_compute COMPUTE[] = {
     {&CASES[3], FLOPS(4096, 7168, 2048), ceiling},
     {&CASES[4], FLOPS(8192, 8192, 8192), ceiling},
     {&CASES[5], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[6], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[7], FLOPS(4096, 7168, 2048), ceiling},
 };
 TKB_REGISTER_COMPUTE(COMPUTE)

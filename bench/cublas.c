@@ -12,10 +12,11 @@
  * tkbench is single-threaded.
  *
  * The ceiling must be the best cuBLAS can do, so a plan asks the
- * heuristic for up to CANDIDATES algorithms and times each one once
- * (WARM_LAUNCHES untimed, then TIMED_LAUNCHES each after an L2 flush,
- * between CUDA events, the median: the method of tkbench's rows), and
- * keeps the fastest that runs; the heuristic's first choice alone was
+ * heuristic for up to CANDIDATES algorithms and times them (WARM_LAUNCHES
+ * untimed each, then TIMED_LAUNCHES round-robin rounds, each launch after
+ * an L2 flush between CUDA events, the median: the method of tkbench's
+ * rows; round-robin so that the clock's fall under sustained load favours
+ * no candidate), and keeps the fastest that runs; the heuristic's first choice alone was
  * 662 TFLOP/s at bf16 8192^3 where torch.matmul reached 806.  A
  * candidate that cublasLtMatmul refuses is reported with its status and
  * skipped, so "the heuristic returned it but the matmul will not run it"
@@ -325,38 +326,32 @@ typedef struct timer {
     CUdeviceptr flush; /* 0: timed without flushing (noted once) */
 } timer;
 
-/* Outcome of one candidate. */
+/* Outcome of one launch of a candidate. */
 typedef enum { CANDIDATE_RAN, CANDIDATE_REFUSED, CANDIDATE_BROKE } candidate_outcome;
 
-/* Warm launches, then the median of the timed ones into *ms.  REFUSED
- * (with *status) when cublasLtMatmul will not run it; BROKE when the
- * device or the driver failed, which ends the search. */
-static candidate_outcome time_candidate(const tkb_cublas_plan *plan, const timer *t,
-                                        const cublaslt_algo *algo, float *ms,
-                                        cublas_status *status, CUresult *result) {
+/* One launch of algo; with ms, timed between the timer's events after an
+ * L2 flush (pattern fills the flush buffer), *ms its time.  REFUSED (with
+ * *status) when cublasLtMatmul will not run it; BROKE when the device or
+ * the driver failed, which ends the search. */
+static candidate_outcome launch_candidate(const tkb_cublas_plan *plan, const timer *t,
+                                          const cublaslt_algo *algo, unsigned pattern,
+                                          float *ms, cublas_status *status,
+                                          CUresult *result) {
     const tk__driver_api *cu = t->cu;
     *status = 0;
     *result = CUDA_SUCCESS;
-    for (int w = 0; w < WARM_LAUNCHES; w++)
-        if ((*status = run_algo(plan, algo)) != 0)
-            return CANDIDATE_REFUSED;
-    if ((*result = cu->cuCtxSynchronize()) != CUDA_SUCCESS)
+    if (!ms)
+        return (*status = run_algo(plan, algo)) != 0 ? CANDIDATE_REFUSED : CANDIDATE_RAN;
+    if (t->flush && (*result = cu->cuMemsetD32(t->flush, pattern, FLUSH_BYTES / 4)))
         return CANDIDATE_BROKE;
-    float times[TIMED_LAUNCHES];
-    for (int i = 0; i < TIMED_LAUNCHES; i++) {
-        if (t->flush && (*result = cu->cuMemsetD32(t->flush, (unsigned)i, FLUSH_BYTES / 4)))
-            return CANDIDATE_BROKE;
-        if ((*result = cu->cuEventRecord(t->start, NULL)))
-            return CANDIDATE_BROKE;
-        if ((*status = run_algo(plan, algo)) != 0)
-            return CANDIDATE_REFUSED;
-        if ((*result = cu->cuEventRecord(t->stop, NULL)) ||
-            (*result = cu->cuEventSynchronize(t->stop)) ||
-            (*result = cu->cuEventElapsedTime(&times[i], t->start, t->stop)))
-            return CANDIDATE_BROKE;
-    }
-    qsort(times, TIMED_LAUNCHES, sizeof times[0], compare_floats);
-    *ms = times[TIMED_LAUNCHES / 2];
+    if ((*result = cu->cuEventRecord(t->start, NULL)))
+        return CANDIDATE_BROKE;
+    if ((*status = run_algo(plan, algo)) != 0)
+        return CANDIDATE_REFUSED;
+    if ((*result = cu->cuEventRecord(t->stop, NULL)) ||
+        (*result = cu->cuEventSynchronize(t->stop)) ||
+        (*result = cu->cuEventElapsedTime(ms, t->start, t->stop)))
+        return CANDIDATE_BROKE;
     return CANDIDATE_RAN;
 }
 
@@ -373,8 +368,99 @@ static void explain_refusal(const tkb_cublas_plan *plan, const cublaslt_algo *al
     fflush(stderr);
 }
 
-/* Asks the heuristic for up to CANDIDATES algorithms, times each and
- * keeps the fastest in plan->algo.  Returns 0 on success; otherwise the
+/* A candidate's standing in the race. */
+typedef enum { CANDIDATE_SKIPPED, CANDIDATE_LIVE, CANDIDATE_OUT } candidate_state;
+
+/* Times the usable candidates and keeps the fastest in plan->algo: each
+ * gets WARM_LAUNCHES untimed launches, then TIMED_LAUNCHES rounds time
+ * every live candidate once per round, and the median of its rounds
+ * ranks it.  Round-robin because the clock falls under sustained load:
+ * timed one after the other, the early candidates would run at higher
+ * clocks than the late ones.  Returns 0, the first refusal's status when
+ * cuBLAS refuses them all, 15 (NOT_SUPPORTED) when none is usable, or
+ * PLAN_BROKEN; why says which. */
+static int race_candidates(tkb_cublas_plan *plan, const timer *t,
+                           const cublaslt_heuristic *found, int returned, const char *label,
+                           char *why, size_t size) {
+    candidate_state state[CANDIDATES];
+    float times[CANDIDATES][TIMED_LAUNCHES];
+    int first_refusal = 0, first_refused = -1, refused = 0, live = 0;
+    CUresult result = CUDA_SUCCESS;
+    for (int i = 0; i < returned; i++) {
+        state[i] = CANDIDATE_LIVE;
+        if (found[i].state != 0 || found[i].workspace_size > WORKSPACE_BYTES) {
+            fprintf(stderr, "tkbench: %s: candidate %d of %d skipped (state %d, workspace %zu)\n",
+                    label, i, returned, found[i].state, found[i].workspace_size);
+            state[i] = CANDIDATE_SKIPPED;
+        }
+    }
+    /* launch -1 is the warm-up of every candidate, then the timed rounds */
+    for (int round = -1; round < TIMED_LAUNCHES; round++)
+        for (int i = 0; i < returned; i++) {
+            if (state[i] != CANDIDATE_LIVE)
+                continue;
+            cublas_status refusal = 0;
+            candidate_outcome outcome = CANDIDATE_RAN;
+            for (int w = 0; round < 0 && w < WARM_LAUNCHES && outcome == CANDIDATE_RAN; w++)
+                outcome = launch_candidate(plan, t, &found[i].algo, 0, NULL, &refusal, &result);
+            if (round < 0 && outcome == CANDIDATE_RAN &&
+                (result = t->cu->cuCtxSynchronize()) != CUDA_SUCCESS)
+                outcome = CANDIDATE_BROKE;
+            if (round >= 0)
+                outcome = launch_candidate(plan, t, &found[i].algo,
+                                           (unsigned)(round * CANDIDATES + i), &times[i][round],
+                                           &refusal, &result);
+            if (outcome == CANDIDATE_BROKE) {
+                snprintf(why, size, "cuBLAS plan: candidate %d of %d broke the device: "
+                         "CUresult %d", i, returned, (int)result);
+                return PLAN_BROKEN;
+            }
+            if (outcome == CANDIDATE_REFUSED) {
+                fprintf(stderr, "tkbench: %s: candidate %d of %d: cublasLtMatmul returned %d "
+                        "(%s)\n", label, i, returned, refusal, status_name(refusal));
+                if (refused++ == 0)
+                    first_refusal = refusal, first_refused = i;
+                state[i] = CANDIDATE_OUT;
+            }
+        }
+    int best = -1;
+    float best_ms = 0, first_ms = -1;
+    for (int i = 0; i < returned; i++) {
+        if (state[i] != CANDIDATE_LIVE)
+            continue;
+        live++;
+        qsort(times[i], TIMED_LAUNCHES, sizeof times[i][0], compare_floats);
+        float ms = times[i][TIMED_LAUNCHES / 2];
+        if (i == 0)
+            first_ms = ms;
+        if (best < 0 || ms < best_ms)
+            best = i, best_ms = ms;
+    }
+    if (best >= 0) {
+        plan->algo = found[best].algo;
+        char first[48] = "did not run";
+        if (first_ms >= 0)
+            snprintf(first, sizeof first, "%.4f ms", first_ms);
+        fprintf(stderr, "tkbench: %s: cuBLAS algorithm %d of %d wins, %.4f ms median of %d "
+                "round-robin rounds over %d candidates at plan time (the heuristic's first: "
+                "%s; %d refused)\n",
+                label, best, returned, best_ms, TIMED_LAUNCHES, live, first, refused);
+        return 0;
+    }
+    if (refused) {
+        snprintf(why, size, "cuBLAS: cublasLtMatmul refused all %d heuristic algorithms (first "
+                 "refusal, candidate %d: %d, %s)", returned, first_refused, first_refusal,
+                 status_name(first_refusal));
+        explain_refusal(plan, &found[first_refused].algo);
+        return first_refusal;
+    }
+    snprintf(why, size, "cuBLAS: none of the %d heuristic algorithms is usable (bad state "
+             "or workspace above %zu bytes)", returned, WORKSPACE_BYTES);
+    return 15;
+}
+
+/* Asks the heuristic for up to CANDIDATES algorithms, races them
+ * (race_candidates) and keeps the fastest in plan->algo.  Returns 0 on success; otherwise the
  * failing cublasStatus_t (or PLAN_BROKEN) with the stage in why.  label
  * names the problem in the stderr notes. */
 static int choose_algorithm(tkb_cublas_plan *plan, const char *label, char *why, size_t size) {
@@ -422,57 +508,7 @@ static int choose_algorithm(tkb_cublas_plan *plan, const char *label, char *why,
         fprintf(stderr, "tkbench: %s: no memory for the L2 flush, candidates timed warm\n",
                 label);
     }
-    int best = -1, first_refusal = 0, first_refused = -1, refused = 0;
-    float best_ms = 0, first_ms = -1;
-    for (int i = 0; i < returned; i++) {
-        if (found[i].state != 0 || found[i].workspace_size > WORKSPACE_BYTES) {
-            fprintf(stderr, "tkbench: %s: candidate %d of %d skipped (state %d, workspace %zu)\n",
-                    label, i, returned, found[i].state, found[i].workspace_size);
-            continue;
-        }
-        float ms = 0;
-        cublas_status refusal;
-        candidate_outcome outcome = time_candidate(plan, &t, &found[i].algo, &ms, &refusal,
-                                                   &result);
-        if (outcome == CANDIDATE_BROKE) {
-            snprintf(why, size, "cuBLAS plan: candidate %d of %d broke the device: CUresult %d",
-                     i, returned, (int)result);
-            best = -1;
-            status = PLAN_BROKEN;
-            break;
-        }
-        if (outcome == CANDIDATE_REFUSED) {
-            fprintf(stderr, "tkbench: %s: candidate %d of %d: cublasLtMatmul returned %d (%s)\n",
-                    label, i, returned, refusal, status_name(refusal));
-            if (refused++ == 0)
-                first_refusal = refusal, first_refused = i;
-            continue;
-        }
-        if (i == 0)
-            first_ms = ms;
-        if (best < 0 || ms < best_ms)
-            best = i, best_ms = ms;
-    }
-    if (best >= 0) {
-        plan->algo = found[best].algo;
-        char first[48] = "did not run";
-        if (first_ms >= 0)
-            snprintf(first, sizeof first, "%.4f ms", first_ms);
-        fprintf(stderr, "tkbench: %s: cuBLAS algorithm %d of %d wins, %.4f ms median of %d "
-                "(the heuristic's first: %s; %d refused)\n",
-                label, best, returned, best_ms, TIMED_LAUNCHES, first, refused);
-        status = 0;
-    } else if (status != PLAN_BROKEN && refused) {
-        status = first_refusal;
-        snprintf(why, size, "cuBLAS: cublasLtMatmul refused all %d heuristic algorithms (first "
-                 "refusal, candidate %d: %d, %s)", returned, first_refused, first_refusal,
-                 status_name(first_refusal));
-        explain_refusal(plan, &found[first_refused].algo);
-    } else if (status != PLAN_BROKEN) {
-        status = 15;
-        snprintf(why, size, "cuBLAS: none of the %d heuristic algorithms is usable (bad state "
-                 "or workspace above %zu bytes)", returned, WORKSPACE_BYTES);
-    }
+    status = race_candidates(plan, &t, found, returned, label, why, size);
     if (t.flush)
         cu->cuMemFree(t.flush);
     cu->cuEventDestroy(t.start);

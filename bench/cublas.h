@@ -17,8 +17,10 @@
  * one FP8 has), C = D with beta 0, a 32 MiB workspace, compute and scale
  * type 32F.  bf16 inputs; or e4m3 x e4m3 -> bf16 with per-tensor f32
  * scales and fast accumulation off (torch._scaled_mm's default).  The
- * algorithm is the fastest of up to 16 heuristic candidates, each timed
- * at plan time as tkbench times its rows (L2 flushed, events, median);
+ * algorithm is the fastest of up to 16 heuristic candidates, timed at
+ * plan time as tkbench times its rows (L2 flushed, events, median), the
+ * candidates' timed launches in round-robin rounds so that none is
+ * favoured by running while the GPU is still cool;
  * a stderr note says which index won, and every candidate cuBLAS refuses
  * is reported with its status.
  */

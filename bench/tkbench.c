@@ -17,8 +17,12 @@
  * built in; kernel families add theirs from bench/bench_<family>.c
  * through bench.h's registry (TKB_REGISTER), timed the same way.
  * Compute-bound rows (the GEMMs) carry their flop count and a vendor
- * ceiling (cuBLAS) timed right after them: they get a second table in
- * TFLOP/s and % of the ceiling, and three more CSV columns.
+ * ceiling (cuBLAS) timed interleaved with them, launch by launch, after
+ * an equal warm-up (the clock falls under sustained GEMM load, so timing
+ * one series after the other favours whichever runs first): they get a
+ * second table in TFLOP/s, both medians and % of the ceiling, with the
+ * SM clock and power read through NVML (bench/clock.c) under load, and
+ * more CSV columns.
  *
  * Usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE]
  * Exit status: 0 all checks passed, 1 a check or launch failed, 2 no
@@ -29,6 +33,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "clock.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
@@ -80,14 +85,25 @@ static const bench BENCHES[] = {
 };
 #define NUM_BENCHES (sizeof BENCHES / sizeof BENCHES[0])
 
+/* Statistics of one series of timed launches, in microseconds. */
+typedef struct timing {
+    double median_us, min_us, p20_us, p80_us;
+} timing;
+
 typedef struct result {
     const char *kernel;
     char label[160]; /* kernel shape config, what --filter matches */
     char shape[48], config[64];
     double bytes;
-    double median_us, min_us, p20_us, p80_us;
+    timing time;    /* our kernel */
+    timing ceiling; /* compute rows: the vendor launches interleaved with ours */
     double gbs, percent_copy;
     double tflops, ceiling_tflops; /* compute-bound rows; 0 = none */
+    /* compute rows: the SM clock (MHz), board power and what limits the
+     * clock, read under load right after the timing; 0 and "" = unknown */
+    int sm_clock_mhz;
+    double power_w;
+    const char *clock_limit;
     const char *check; /* "ok", "FAIL", "error" */
     char detail[200];
 } result;
@@ -396,37 +412,49 @@ static void free_buffers(const bench_context *ctx, bench_buffers *buf) {
     free(buf->host_sf);
 }
 
-/* Runs one benchmark; false means the check or a launch failed. */
-/* The timed part shared by every row: --iters launches, each after an L2
- * flush outside the timed region and bracketed by its own event pair;
- * fills r's statistics.  Returns false (r->check = "error") on failure. */
 typedef tk_status (*launch_fn)(void *state);
 
+/* One timed launch: the L2 flushed outside the timed region (the start
+ * event waits for the memset on the same stream), one event pair around
+ * the launch, *ms its time.  False on a failed launch (the reason in
+ * detail) or driver call (reported on stderr). */
+static bool time_one(bench_context *ctx, launch_fn launch_once, void *state, unsigned pattern,
+                     float *ms, char *detail, size_t size) {
+    if (!CU(ctx, cuMemsetD32(ctx->flush, pattern, FLUSH_BYTES / 4)) ||
+        !CU(ctx, cuEventRecord(ctx->start, NULL)))
+        return false;
+    tk_status status = launch_once(state);
+    if (status != TK_SUCCESS) {
+        snprintf(detail, size, "timed launch: %s: %s", tk_status_string(status),
+                 tk_last_error());
+        return false;
+    }
+    return CU(ctx, cuEventRecord(ctx->stop, NULL)) && CU(ctx, cuEventSynchronize(ctx->stop)) &&
+           CU(ctx, cuEventElapsedTime(ms, ctx->start, ctx->stop));
+}
+
+/* Sorts count times (ms) and keeps their median, min, p20 and p80. */
+static void summarise(float *times, int count, timing *t) {
+    qsort(times, (size_t)count, sizeof *times, compare_floats);
+    t->median_us = quantile(times, count, 0.5) * 1e3;
+    t->min_us = times[0] * 1e3;
+    t->p20_us = quantile(times, count, 0.2) * 1e3;
+    t->p80_us = quantile(times, count, 0.8) * 1e3;
+}
+
+/* The timed part of a memory-bound row: --iters launches, each through
+ * time_one; fills r's statistics.  Returns false (r->check = "error") on
+ * failure. */
 static bool time_launches(bench_context *ctx, launch_fn launch_once, void *state,
                           result *r) {
     float *times = malloc((size_t)ctx->iters * sizeof *times);
     bool ok = times != NULL;
-    tk_status status;
-    for (int i = 0; ok && i < ctx->iters; i++) {
-        /* flush L2 outside the timed region: the start event waits for it */
-        ok = CU(ctx, cuMemsetD32(ctx->flush, (unsigned)i, FLUSH_BYTES / 4)) &&
-             CU(ctx, cuEventRecord(ctx->start, NULL));
-        if (ok && (status = launch_once(state)) != TK_SUCCESS) {
-            snprintf(r->detail, sizeof r->detail, "timed launch: %s: %s",
-                     tk_status_string(status), tk_last_error());
-            ok = false;
-        }
-        ok = ok && CU(ctx, cuEventRecord(ctx->stop, NULL)) &&
-             CU(ctx, cuEventSynchronize(ctx->stop)) &&
-             CU(ctx, cuEventElapsedTime(&times[i], ctx->start, ctx->stop));
-    }
+    for (int i = 0; ok && i < ctx->iters; i++)
+        ok = time_one(ctx, launch_once, state, (unsigned)i, &times[i], r->detail,
+                      sizeof r->detail);
     if (ok) {
-        qsort(times, (size_t)ctx->iters, sizeof *times, compare_floats);
-        r->median_us = quantile(times, ctx->iters, 0.5) * 1e3;
-        r->min_us = times[0] * 1e3;
-        r->p20_us = quantile(times, ctx->iters, 0.2) * 1e3;
-        r->p80_us = quantile(times, ctx->iters, 0.8) * 1e3;
-        r->gbs = r->bytes / (r->median_us * 1e-6) / 1e9;
+        summarise(times, ctx->iters, &r->time);
+        r->gbs = r->bytes / (r->time.median_us * 1e-6) / 1e9;
         r->percent_copy = ctx->copy_gbs > 0 ? 100.0 * r->gbs / ctx->copy_gbs : 0;
     } else {
         r->check = "error";
@@ -437,13 +465,15 @@ static bool time_launches(bench_context *ctx, launch_fn launch_once, void *state
 
 static tk_status launch_builtin(void *state) { return launch(state); }
 
+/* Runs one benchmark; false means the check or a launch failed. */
 static bool run_bench(bench_context *ctx, const bench *b, result *r) {
     bench_buffers buf;
     memset(&buf, 0, sizeof buf);
     buf.b = b;
     r->check = "error";
     r->bytes = 0;
-    r->median_us = r->min_us = r->p20_us = r->p80_us = r->gbs = r->percent_copy = 0;
+    memset(&r->time, 0, sizeof r->time);
+    r->gbs = r->percent_copy = 0;
     r->detail[0] = 0;
     bool ok = alloc_buffers(ctx, &buf) && make_inputs(&buf) &&
               CU(ctx, cuMemcpyHtoD(buf.x, buf.host_x, buf.x_bytes));
@@ -555,14 +585,99 @@ tk_tensor tkb_tensor(CUdeviceptr data, tk_dtype dtype, int rank, const int64_t *
     return t;
 }
 
-/* Times a registered case exactly as run_bench times the built-in rows. */
+/* Our kernel's and the ceiling's warm-up launches before a compute row's
+ * timing (each side also ran once for the check). */
+#define COMPUTE_WARMUP 3
+
+/* Reads the clock while a pair of untimed launches keeps the GPU busy
+ * (an idle GPU's clock rises again at once, so a reading after the last
+ * synchronisation would flatter it).  Without NVML, or when a launch
+ * fails, the row simply has no clock; false only when the device fails. */
+static bool sample_clock_under_load(bench_context *ctx, const tkb_case *c,
+                                    const tkb_compute *compute, bool with_ceiling, void *state,
+                                    result *r) {
+    tkb_clock_sample sample;
+    if (c->launch(state) == TK_SUCCESS &&
+        (!with_ceiling || compute->ceiling(state) == TK_SUCCESS) && tkb_clock_read(&sample)) {
+        r->sm_clock_mhz = (int)sample.sm_mhz;
+        r->power_w = sample.power_mw / 1000.0;
+        r->clock_limit = sample.limit;
+    }
+    return CU(ctx, cuCtxSynchronize());
+}
+
+/* The timed part of a compute row.  The GPU's clock falls under sustained
+ * GEMM load (the power limit), so timing one kernel's series after the
+ * other's makes whichever runs later look slower.  Here both sides get
+ * COMPUTE_WARMUP untimed launches, alternating, then --iters rounds of
+ * (flush, ours timed, flush, ceiling timed): both see the same clocks.
+ * A ceiling that does not run (no cuBLAS: TK_ERROR_UNSUPPORTED, silently;
+ * any other failure with a stderr note) leaves ours timed alone.  Fills
+ * r->time, r->ceiling and the throughputs; false (r->check = "error")
+ * when our kernel or the driver fails. */
+static bool time_compute(bench_context *ctx, const tkb_case *c, const tkb_compute *compute,
+                         void *state, result *r) {
+    float *ours = malloc((size_t)ctx->iters * sizeof *ours);
+    float *theirs = malloc((size_t)ctx->iters * sizeof *theirs);
+    bool ok = ours && theirs, with_ceiling = compute->ceiling != NULL;
+    char why[200] = "";
+    for (int w = 0; ok && w < COMPUTE_WARMUP; w++) {
+        tk_status status = c->launch(state);
+        if (status != TK_SUCCESS) {
+            snprintf(r->detail, sizeof r->detail, "warm-up launch: %s: %s",
+                     tk_status_string(status), tk_last_error());
+            ok = false;
+        } else if (with_ceiling && (status = compute->ceiling(state)) != TK_SUCCESS) {
+            if (status != TK_ERROR_UNSUPPORTED)
+                fprintf(stderr, "tkbench: %s: no ceiling, its warm-up launch failed: %s\n",
+                        r->label, tk_last_error());
+            with_ceiling = false;
+        }
+    }
+    ok = ok && CU(ctx, cuCtxSynchronize());
+    for (int i = 0; ok && i < ctx->iters; i++) {
+        ok = time_one(ctx, c->launch, state, 2u * (unsigned)i, &ours[i], r->detail,
+                      sizeof r->detail);
+        if (ok && with_ceiling &&
+            !time_one(ctx, compute->ceiling, state, 2u * (unsigned)i + 1, &theirs[i], why,
+                      sizeof why)) {
+            fprintf(stderr, "tkbench: %s: ceiling dropped at timed launch %d: %s\n", r->label,
+                    i, why[0] ? why : "a driver call failed");
+            with_ceiling = false;
+        }
+    }
+    ok = ok && sample_clock_under_load(ctx, c, compute, with_ceiling, state, r);
+    if (ok) {
+        summarise(ours, ctx->iters, &r->time);
+        r->gbs = r->bytes / (r->time.median_us * 1e-6) / 1e9;
+        r->percent_copy = ctx->copy_gbs > 0 ? 100.0 * r->gbs / ctx->copy_gbs : 0;
+        r->tflops = compute->flops / (r->time.median_us * 1e-6) / 1e12;
+        if (with_ceiling) {
+            summarise(theirs, ctx->iters, &r->ceiling);
+            r->ceiling_tflops = compute->flops / (r->ceiling.median_us * 1e-6) / 1e12;
+        }
+    } else {
+        r->check = "error";
+    }
+    free(ours);
+    free(theirs);
+    return ok;
+}
+
+/* Runs a registered case: set up, one launch checked, then timed as
+ * run_bench times the built-in rows, or by time_compute for a compute
+ * row. */
 static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
 {
     tkb_context tctx = {ctx->api, INPUT_SEED};
     void *state = NULL;
     r->check = "error";
     r->bytes = 0;
-    r->median_us = r->min_us = r->p20_us = r->p80_us = r->gbs = r->percent_copy = 0;
+    memset(&r->time, 0, sizeof r->time);
+    memset(&r->ceiling, 0, sizeof r->ceiling);
+    r->gbs = r->percent_copy = r->tflops = r->ceiling_tflops = r->power_w = 0;
+    r->sm_clock_mhz = 0;
+    r->clock_limit = "";
     r->detail[0] = 0;
     if (!c->setup(&tctx, c, &state, &r->bytes)) {
         snprintf(r->detail, sizeof r->detail, "setup failed: %s", tk_last_error());
@@ -579,17 +694,9 @@ static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
     }
     bool checked = c->verify(&tctx, state, r->detail, sizeof r->detail);
     r->check = checked ? "ok" : "FAIL";
-    bool ok = time_launches(ctx, c->launch, state, r);
     const tkb_compute *compute = compute_of(c);
-    if (ok && compute && compute->flops > 0)
-        r->tflops = compute->flops / (r->median_us * 1e-6) / 1e12;
-    if (r->tflops > 0 && compute->ceiling) {
-        /* the ceiling's own statistics are not kept; a missing library
-         * (TK_ERROR_UNSUPPORTED) leaves the row without a ceiling */
-        result ceiling = *r;
-        if (time_launches(ctx, compute->ceiling, state, &ceiling))
-            r->ceiling_tflops = compute->flops / (ceiling.median_us * 1e-6) / 1e12;
-    }
+    bool ok = compute && compute->flops > 0 ? time_compute(ctx, c, compute, state, r)
+                                            : time_launches(ctx, c->launch, state, r);
     c->teardown(&tctx, state);
     return ok && checked;
 }
@@ -604,28 +711,91 @@ static void usage(FILE *out) {
             DEFAULT_ITERS);
 }
 
+/* The second table: compute rows in TFLOP/s, ours and the ceiling timed
+ * interleaved (time_compute), with the clock read under load after. */
+static void print_compute_table(const result *results, const bool *selected, size_t total) {
+    bool any_compute = false;
+    for (size_t i = 0; i < total; i++)
+        any_compute |= selected[i] && results[i].tflops > 0;
+    if (!any_compute)
+        return;
+    printf("\n%-22s %-14s %-38s %10s %8s %10s %8s %9s %7s %5s %-8s  %s\n", "kernel", "shape",
+           "config", "time us", "TFLOP/s", "cuBLAS us", "cuBLAS", "% cuBLAS", "SM MHz", "W",
+           "limit", "check");
+    for (size_t i = 0; i < total; i++) {
+        const result *r = &results[i];
+        if (!selected[i] || r->tflops <= 0)
+            continue;
+        char ceiling_us[16] = "-", ceiling[16] = "-", percent[16] = "-";
+        char clock[16] = "-", power[16] = "-";
+        if (r->ceiling_tflops > 0) {
+            snprintf(ceiling_us, sizeof ceiling_us, "%.2f", r->ceiling.median_us);
+            snprintf(ceiling, sizeof ceiling, "%.1f", r->ceiling_tflops);
+            snprintf(percent, sizeof percent, "%.1f", 100.0 * r->tflops / r->ceiling_tflops);
+        }
+        if (r->sm_clock_mhz > 0)
+            snprintf(clock, sizeof clock, "%d", r->sm_clock_mhz);
+        if (r->power_w > 0)
+            snprintf(power, sizeof power, "%.0f", r->power_w);
+        const char *limit = r->clock_limit && r->clock_limit[0] ? r->clock_limit : "-";
+        printf("%-22s %-14s %-38s %10.2f %8.1f %10s %8s %9s %7s %5s %-8s  %s\n", r->kernel,
+               r->shape, r->config, r->time.median_us, r->tflops, ceiling_us, ceiling, percent,
+               clock, power, limit, r->check);
+    }
+    printf("(compute rows: ours and cuBLAS timed interleaved, medians; SM MHz, W and limit "
+           "read under load after the timing)\n");
+}
+
+/* The CSV: one row per benchmark that ran.  The first 14 columns are
+ * those of earlier runs; compute rows add the interleaved ceiling's
+ * statistics and the clock read under load after their timing. */
 static void write_csv(FILE *out, const bench_context *ctx, const result *results,
                       const bool *selected, size_t total) {
     fprintf(out, "kernel,shape,config,bytes,time_us,min_us,p20_us,p80_us,gbs,pct_copy,check,"
-                 "tflops,ceiling_tflops,pct_ceiling\n");
-    fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok,,,\n", 2.0 * (double)COPY_BYTES,
-            2.0 * (double)COPY_BYTES / (ctx->copy_gbs * 1e9) * 1e6, ctx->copy_gbs);
+                 "tflops,ceiling_tflops,pct_ceiling,ceiling_us,ceiling_min_us,ceiling_p20_us,"
+                 "ceiling_p80_us,sm_mhz,power_w,clock_limit\n");
+    fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok,,,,,,,,,,\n",
+            2.0 * (double)COPY_BYTES, 2.0 * (double)COPY_BYTES / (ctx->copy_gbs * 1e9) * 1e6,
+            ctx->copy_gbs);
     for (size_t i = 0; i < total; i++) {
         if (!selected[i])
             continue;
         const result *r = &results[i];
+        const timing *t = &r->time, *ceiling = &r->ceiling;
         /* labels may hold commas: quote the text fields (RFC 4180) */
         fprintf(out, "%s,\"%s\",\"%s\",%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s", r->kernel,
-                r->shape, r->config, r->bytes, r->median_us, r->min_us, r->p20_us, r->p80_us,
+                r->shape, r->config, r->bytes, t->median_us, t->min_us, t->p20_us, t->p80_us,
                 r->gbs, r->percent_copy, r->check);
         if (r->tflops > 0 && r->ceiling_tflops > 0)
-            fprintf(out, ",%.1f,%.1f,%.1f\n", r->tflops, r->ceiling_tflops,
-                    100.0 * r->tflops / r->ceiling_tflops);
+            fprintf(out, ",%.1f,%.1f,%.1f,%.2f,%.2f,%.2f,%.2f", r->tflops, r->ceiling_tflops,
+                    100.0 * r->tflops / r->ceiling_tflops, ceiling->median_us,
+                    ceiling->min_us, ceiling->p20_us, ceiling->p80_us);
         else if (r->tflops > 0)
-            fprintf(out, ",%.1f,,\n", r->tflops);
+            fprintf(out, ",%.1f,,,,,,", r->tflops);
+        else
+            fprintf(out, ",,,,,,,");
+        if (r->sm_clock_mhz > 0)
+            fprintf(out, ",%d,%.0f,%s\n", r->sm_clock_mhz, r->power_w,
+                    r->clock_limit ? r->clock_limit : "");
         else
             fprintf(out, ",,,\n");
     }
+}
+
+/* The SM clock line of the header: the device's maximum (the driver's
+ * CLOCK_RATE attribute) and, through NVML, the clock and power now. */
+static void print_clocks(const bench_context *ctx, CUdevice device) {
+    int max_khz = 0;
+    char why[200] = "";
+    tkb_clock_sample now;
+    if (ctx->api->cuDeviceGetAttribute(&max_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, device) !=
+        CUDA_SUCCESS)
+        max_khz = 0;
+    printf("SM clock: max %d MHz; ", max_khz / 1000);
+    if (tkb_clock_open(ctx->api, why, sizeof why) && tkb_clock_read(&now))
+        printf("now %u MHz, %.0f W (NVML)\n", now.sm_mhz, now.power_mw / 1000.0);
+    else
+        printf("no live clock: %s\n", why[0] ? why : "NVML query failed");
 }
 
 int main(int argc, char **argv) {
@@ -666,6 +836,7 @@ int main(int argc, char **argv) {
     printf("tkbench: %s, %d SMs; %d timed runs per kernel, L2 flushed before each; "
            "reference threads %d\n",
            name, sms, ctx.iters, ref_thread_count());
+    print_clocks(&ctx, device);
     if (!CU(&ctx, cuEventCreate(&ctx.start, CU_EVENT_DEFAULT)) ||
         !CU(&ctx, cuEventCreate(&ctx.stop, CU_EVENT_DEFAULT)) ||
         !CU(&ctx, cuMemAlloc(&ctx.flush, FLUSH_BYTES)) || !measure_copy(&ctx))
@@ -701,28 +872,10 @@ int main(int argc, char **argv) {
             continue;
         const result *r = &results[i];
         printf("%-22s %-14s %-38s %10.2f %9.1f %7.1f  %s%s%s\n", r->kernel, r->shape,
-               r->config, r->median_us, r->gbs, r->percent_copy, r->check,
+               r->config, r->time.median_us, r->gbs, r->percent_copy, r->check,
                r->detail[0] ? ": " : "", r->detail);
     }
-    bool any_compute = false;
-    for (size_t i = 0; i < total; i++)
-        any_compute |= selected[i] && results[i].tflops > 0;
-    if (any_compute) {
-        printf("\n%-22s %-14s %-38s %10s %8s %8s %9s  %s\n", "kernel", "shape", "config",
-               "time us", "TFLOP/s", "cuBLAS", "% cuBLAS", "check");
-        for (size_t i = 0; i < total; i++) {
-            const result *r = &results[i];
-            if (!selected[i] || r->tflops <= 0)
-                continue;
-            if (r->ceiling_tflops > 0)
-                printf("%-22s %-14s %-38s %10.2f %8.1f %8.1f %9.1f  %s\n", r->kernel, r->shape,
-                       r->config, r->median_us, r->tflops, r->ceiling_tflops,
-                       100.0 * r->tflops / r->ceiling_tflops, r->check);
-            else
-                printf("%-22s %-14s %-38s %10.2f %8.1f %8s %9s  %s\n", r->kernel, r->shape,
-                       r->config, r->median_us, r->tflops, "-", "-", r->check);
-        }
-    }
+    print_compute_table(results, selected, total);
     printf("copy ceiling %.0f GB/s; %d kernel(s) run; %s\n", ctx.copy_gbs, ran,
            all_ok ? "all checks passed" : "SOME CHECKS FAILED");
 

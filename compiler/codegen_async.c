@@ -24,7 +24,12 @@
  *             every group but the newest N are passed through an empty
  *             asm (CUTLASS's warpgroup_fence_operand) so that no use of
  *             them is scheduled before the wait; those still in flight
- *             stay recorded for the wait that completes them.
+ *             stay recorded for the wait that completes them.  Before a
+ *             wait, the LOCAL elements stored since the previous wgmma,
+ *             commit or wait (an fp8 promotion into its accumulator) go
+ *             through such an asm too, so that LLVM cannot sink their
+ *             computation below the wait, out of the window in which the
+ *             tensor cores run.
  *   fence     one intrinsic each.
  *
  * Requires thread-level IR with shared memory planned; wgmma operands in
@@ -360,6 +365,13 @@ static void track_accumulator(Codegen *cg, const Buffer *acc, int64_t offset, in
         (struct CodegenAccumulator){acc, offset, count, cg->wgmma_commits};
 }
 
+/* A wgmma, commit or wait was just emitted: LOCAL stores after this point
+ * belong to the next wait's window. */
+static void mark_async(Codegen *cg) {
+    LLVMBasicBlockRef block = LLVMGetInsertBlock(cg->builder);
+    cg->wgmma_mark = block ? LLVMGetLastInstruction(block) : NULL;
+}
+
 /* Text helper for the asm strings. */
 typedef struct AsmText {
     char *data;
@@ -385,21 +397,29 @@ static void asm_add(AsmText *t, const char *fmt, ...) {
     }
 }
 
-/* Calls an asm statement whose first `outputs` operands are f32 outputs
- * tied to the last `outputs` inputs; returns the struct of results. */
-static LLVMValueRef call_asm(Codegen *cg, const char *text, const char *constraints,
-                             LLVMValueRef *inputs, LLVMTypeRef *input_types, int ninputs,
-                             int outputs) {
+/* Calls an asm statement whose first `outputs` operands are outputs of
+ * type `output` tied to the last `outputs` inputs; returns the struct of
+ * results. */
+static LLVMValueRef call_asm_typed(Codegen *cg, const char *text, const char *constraints,
+                                   LLVMValueRef *inputs, LLVMTypeRef *input_types,
+                                   int ninputs, int outputs, LLVMTypeRef output) {
     LLVMTypeRef *fields = malloc(sizeof *fields * (size_t)outputs);
     if (!fields) ice("out of memory");
-    LLVMTypeRef f32 = LLVMFloatTypeInContext(cg->context);
-    for (int i = 0; i < outputs; i++) fields[i] = f32;
+    for (int i = 0; i < outputs; i++) fields[i] = output;
     LLVMTypeRef result = LLVMStructTypeInContext(cg->context, fields, (unsigned)outputs, 0);
     free(fields);
     LLVMTypeRef fn = LLVMFunctionType(result, input_types, (unsigned)ninputs, 0);
     LLVMValueRef code = LLVMGetInlineAsm(fn, (char *)text, strlen(text), (char *)constraints,
                                          strlen(constraints), 1, 0, LLVMInlineAsmDialectATT, 0);
     return LLVMBuildCall2(cg->builder, fn, code, inputs, (unsigned)ninputs, "");
+}
+
+/* call_asm_typed with f32 outputs. */
+static LLVMValueRef call_asm(Codegen *cg, const char *text, const char *constraints,
+                             LLVMValueRef *inputs, LLVMTypeRef *input_types, int ninputs,
+                             int outputs) {
+    return call_asm_typed(cg, text, constraints, inputs, input_types, ninputs, outputs,
+                          LLVMFloatTypeInContext(cg->context));
 }
 
 /* wgmma exists on sm_90a only (Blackwell has tcgen05 instead); LLVM
@@ -492,6 +512,7 @@ void cg_wgmma(Codegen *cg, const Stmt *s) {
         LLVMBuildStore(cg->builder, LLVMBuildExtractValue(cg->builder, result, (unsigned)i, ""),
                        local_element(cg, acc, s->u.wgmma.acc_offset + i));
     track_accumulator(cg, acc, s->u.wgmma.acc_offset, outputs);
+    mark_async(cg);
     free(text.data);
     free(constraints.data);
     free(inputs);
@@ -542,6 +563,140 @@ static void pin_accumulators(Codegen *cg, int64_t pending) {
     cg->naccumulators = kept;
 }
 
+/* ---- stores before a wait ---------------------------------------------- */
+
+/* One LOCAL element to fence: a buffer (index into cg->buffers, whose
+ * array may move) and a flat element index. */
+typedef struct FencedElement {
+    int buffer;
+    int64_t index;
+} FencedElement;
+
+typedef struct FencedSet {
+    FencedElement *items;
+    int count, capacity;
+} FencedSet;
+
+static void fenced_add(FencedSet *set, int buffer, int64_t index) {
+    for (int i = 0; i < set->count; i++)
+        if (set->items[i].buffer == buffer && set->items[i].index == index) return;
+    if (set->count == set->capacity) {
+        set->capacity = set->capacity ? 2 * set->capacity : 64;
+        set->items = realloc(set->items, sizeof *set->items * (size_t)set->capacity);
+        if (!set->items) ice("out of memory");
+    }
+    set->items[set->count++] = (FencedElement){buffer, index};
+}
+
+/* Is t the register type a "+f" (f32) or "+r" (32-bit integer) operand
+ * takes? */
+static bool fenceable_type(Codegen *cg, LLVMTypeRef t) {
+    return t == LLVMFloatTypeInContext(cg->context) || t == i32_type(cg);
+}
+
+/* Records the elements a store writes when it is a store of 32-bit
+ * scalars or vectors to a LOCAL array at a constant index (the form
+ * element_address and the unrolled parallel loops produce). */
+static void note_store(Codegen *cg, LLVMValueRef store, FencedSet *set) {
+    LLVMValueRef value = LLVMGetOperand(store, 0), pointer = LLVMGetOperand(store, 1);
+    LLVMValueRef base = pointer;
+    int64_t index = 0;
+    if (LLVMIsAGetElementPtrInst(pointer)) {
+        if (LLVMGetNumOperands(pointer) != 3) return;
+        LLVMValueRef first = LLVMGetOperand(pointer, 1), flat = LLVMGetOperand(pointer, 2);
+        if (!LLVMIsAConstantInt(first) || LLVMConstIntGetSExtValue(first) != 0 ||
+            !LLVMIsAConstantInt(flat))
+            return;
+        base = LLVMGetOperand(pointer, 0);
+        index = LLVMConstIntGetSExtValue(flat);
+    }
+    int buffer = -1;
+    for (int i = 0; i < cg->nbuffers && buffer < 0; i++)
+        if (cg->buffers[i].base == base && (cg->buffers[i].buffer->scope == SCOPE_LOCAL ||
+                                            cg->buffers[i].buffer->scope == SCOPE_FRAGMENT))
+            buffer = i;
+    if (buffer < 0) return;
+    LLVMTypeRef type = LLVMTypeOf(value), element = type;
+    int lanes = 1;
+    if (LLVMGetTypeKind(type) == LLVMVectorTypeKind) {
+        element = LLVMGetElementType(type);
+        lanes = (int)LLVMGetVectorSize(type);
+    }
+    const Buffer *b = cg->buffers[buffer].buffer;
+    int64_t size = local_size(b);
+    if (element != cg_memory_type(cg, b->dtype) || !fenceable_type(cg, element) || index < 0 ||
+        size < 0 || index + lanes > size)
+        return;
+    for (int lane = 0; lane < lanes; lane++) fenced_add(set, buffer, index + lane);
+}
+
+/* Passes count elements of one buffer through an empty asm with tied
+ * "+f"/"+r" operands. */
+static void fence_elements(Codegen *cg, const FencedElement *items, int count) {
+    const Buffer *b = cg->buffers[items[0].buffer].buffer;
+    LLVMTypeRef type = cg_memory_type(cg, b->dtype);
+    const char *letter = type == i32_type(cg) ? "r" : "f";
+    LLVMValueRef *values = malloc(sizeof *values * (size_t)count);
+    LLVMTypeRef *types = malloc(sizeof *types * (size_t)count);
+    if (!values || !types) ice("out of memory");
+    AsmText constraints = {0};
+    for (int i = 0; i < count; i++) {
+        values[i] = LLVMBuildLoad2(cg->builder, type, local_element(cg, b, items[i].index), "");
+        types[i] = type;
+        asm_add(&constraints, "%s=%s", i ? "," : "", letter);
+    }
+    for (int i = 0; i < count; i++) asm_add(&constraints, ",%d", i);
+    LLVMValueRef result =
+        call_asm_typed(cg, "", constraints.data, values, types, count, count, type);
+    for (int i = 0; i < count; i++)
+        LLVMBuildStore(cg->builder, LLVMBuildExtractValue(cg->builder, result, (unsigned)i, ""),
+                       local_element(cg, b, items[i].index));
+    free(constraints.data);
+    free(values);
+    free(types);
+}
+
+static int compare_fenced(const void *a, const void *b) {
+    const FencedElement *x = a, *y = b;
+    if (x->buffer != y->buffer) return x->buffer < y->buffer ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Before a wait: every LOCAL element stored since the last wgmma, commit
+ * or wait goes through an empty asm, so that LLVM computes it before the
+ * wait (the asm has side effects, as the wait has).  Without it the
+ * promotion of one K block may sink below the wait for the next one and
+ * run while no wgmma is in flight.  Codegen emits blocks in layout
+ * order, so the instructions after the mark, block by block, are those
+ * emitted since; a store the walk misses is only left unfenced. */
+static void fence_local_stores(Codegen *cg) {
+    LLVMValueRef mark = cg->wgmma_mark;
+    if (!mark || LLVMGetBasicBlockParent(LLVMGetInstructionParent(mark)) != cg->function)
+        return;
+    FencedSet set = {0};
+    LLVMBasicBlockRef block = LLVMGetInstructionParent(mark);
+    for (LLVMValueRef inst = LLVMGetNextInstruction(mark);;) {
+        while (!inst && block) {
+            block = LLVMGetNextBasicBlock(block);
+            inst = block ? LLVMGetFirstInstruction(block) : NULL;
+        }
+        if (!inst) break;
+        if (LLVMIsAStoreInst(inst)) note_store(cg, inst, &set);
+        inst = LLVMGetNextInstruction(inst);
+    }
+    qsort(set.items, (size_t)set.count, sizeof *set.items, compare_fenced);
+    /* one asm per buffer, at most 128 operands each (as a wgmma n256) */
+    for (int first = 0; first < set.count;) {
+        int count = 1;
+        while (first + count < set.count && count < 128 &&
+               set.items[first + count].buffer == set.items[first].buffer)
+            count++;
+        fence_elements(cg, set.items + first, count);
+        first += count;
+    }
+    free(set.items);
+}
+
 /* ---- fences ------------------------------------------------------------ */
 
 void cg_fence(Codegen *cg, const Stmt *s) {
@@ -561,13 +716,16 @@ void cg_fence(Codegen *cg, const Stmt *s) {
         if (!wgmma_available(cg, s)) return;
         cg_call_intrinsic(cg, "llvm.nvvm.wgmma.commit_group.sync.aligned", NULL, 0, NULL, 0);
         cg->wgmma_commits++;
+        mark_async(cg);
         return;
     case FENCE_WGMMA_WAIT: {
         if (value < 0 || value > 7) break;
         if (!wgmma_available(cg, s)) return;
+        fence_local_stores(cg);
         LLVMValueRef pending = i64_const(cg, (uint64_t)value);
         cg_call_intrinsic(cg, "llvm.nvvm.wgmma.wait_group.sync.aligned", NULL, 0, &pending, 1);
         pin_accumulators(cg, value);
+        mark_async(cg);
         return;
     }
     case FENCE_TMA_STORE_COMMIT:

@@ -63,6 +63,10 @@ typedef struct Codegen {
     } *accumulators;
     int naccumulators, accumulator_capacity;
     int64_t wgmma_commits;     /* wgmma.commit_group emitted so far */
+    /* the last instruction of the latest wgmma, commit or wait emitted:
+     * LOCAL stores after it are fenced before the next wait (stale when
+     * it belongs to another function) */
+    LLVMValueRef wgmma_mark;
     bool wgmma_reported;       /* "no wgmma on this arch" said once */
 } Codegen;
 

@@ -527,6 +527,10 @@ struct Stmt {
                  PipeRole role;   /* PIPELINED: see IR_PIPE_ROLES */
                  int pipe_id;     /* PIPELINED: pairs a PRODUCER loop with
                                      its CONSUMER loop (same id) */
+                 int release_lag; /* PIPELINED: 0, or 1 = the consumer
+                                     releases iteration i's stage at the
+                                     end of iteration i + 1 (needs
+                                     stages >= 2; docs/hopper.md 3) */
                } loop;                               /* end exclusive */
         struct { int rank; Var *vars[IR_MAX_RANK];
                  int64_t extent[IR_MAX_RANK];

@@ -45,6 +45,9 @@ static void parse_pipeline_clauses(Parser *p, Stmt *s)
 {
     ir_lex_expect_word(p, "stages");
     s->u.loop.stages = (int)ir_lex_expect_int(p, "stages", INT32_MIN, INT32_MAX);
+    if (accept_word(p, "release_lag"))
+        s->u.loop.release_lag =
+            (int)ir_lex_expect_int(p, "release lag", INT32_MIN, INT32_MAX);
     if (accept_word(p, "role")) {
         Token *role = peek(p);
         int found = -1;

@@ -60,11 +60,13 @@ static void print_var_decl_i32(FILE *out, const Var *v)
         fprintf(out, ": %s", ir_dtype_name(v->dtype));
 }
 
-/* ` stages N [role R] [pipe N]` of a PIPELINED loop (role and pipe only
- * when not `both` / 0). */
+/* ` stages N [release_lag L] [role R] [pipe N]` of a PIPELINED loop (the
+ * lag only when not 0, role and pipe only when not `both` / 0). */
 static void print_pipeline_clauses(FILE *out, const Stmt *s)
 {
     fprintf(out, " stages %d", s->u.loop.stages);
+    if (s->u.loop.release_lag != 0)
+        fprintf(out, " release_lag %d", s->u.loop.release_lag);
     if (s->u.loop.role != PIPE_BOTH)
         fprintf(out, " role %s", (unsigned)s->u.loop.role < PIPE_COUNT
                                      ? ir_pipe_role_name(s->u.loop.role) : "<bad>");

@@ -667,6 +667,8 @@ static void check_stmt(Verifier *v, const Stmt *s)
             verify_report(v, loc, "vectorized loop remains after vectorize");
         else if (s->u.loop.kind == LOOP_PIPELINED)
             verify_pipelined_loop(v, s);
+        else if (s->u.loop.release_lag != 0) /* not printed: would not round trip */
+            verify_report(v, loc, "%s loop with a release lag", ir_loop_name(s->u.loop.kind));
         ScopeMark mark = open_scope(v);
         bind(v, var, VAR_LOOP, 1, loc);
         check_body(v, s->u.loop.body, "for", loc);

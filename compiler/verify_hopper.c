@@ -302,6 +302,13 @@ void verify_pipelined_loop(Verifier *v, const Stmt *loop)
         verify_report(v, loc, "pipelined loop with role %d", (int)loop->u.loop.role);
     if (loop->u.loop.pipe_id < 0)
         verify_report(v, loc, "pipelined loop with pipe %d", loop->u.loop.pipe_id);
+    if (loop->u.loop.release_lag < 0 || loop->u.loop.release_lag > 1)
+        verify_report(v, loc, "pipelined loop with release lag %d (0 or 1)",
+                      loop->u.loop.release_lag);
+    else if (loop->u.loop.release_lag == 1 && loop->u.loop.stages < 2)
+        verify_report(v, loc, "pipelined loop with release lag 1 and %d stage%s "
+                      "(a lag needs 2 or more)", loop->u.loop.stages,
+                      loop->u.loop.stages == 1 ? "" : "s");
 }
 
 /* Named barriers, and where barriers may stand: the producer warpgroup of

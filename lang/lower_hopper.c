@@ -9,8 +9,8 @@
  * option values are evaluated for one instance (they are compile-time
  * expressions of template parameters) and the statements become IR:
  * STMT_GEMM over Regions (a whole buffer is a full region), a
- * LOOP_PIPELINED FOR with its stages, role PIPE_BOTH and a pipe_id unique
- * in the kernel, and the Hint fields.  The dtype and shape rules of gemm
+ * LOOP_PIPELINED FOR with its stages and release lag, role PIPE_BOTH and
+ * a pipe_id unique in the kernel, and the Hint fields.  The dtype and shape rules of gemm
  * are those of pass_check_types (pass_check_gemm), applied here too so
  * the error points at the source statement of the failing instance.
  */
@@ -83,6 +83,24 @@ bool lower_pipelined(Lower *lower, const AstNode *node, Stmt *loop) {
         return false;
     }
     loop->u.loop.stages = (int)stages;
+    const AstNode *lag = lower_option(node->list2, "release_lag");
+    int64_t release_lag = 0;
+    if (lag && !lower_const_int(lower, lag->a, "the release lag", &release_lag))
+        return false;
+    if (release_lag < 0 || release_lag > 1) {
+        lower_error(lower, lag->a->loc, "a pipelined loop's release_lag is 0 "
+                    "or 1, got %lld", (long long)release_lag);
+        return false;
+    }
+    /* with a lag, stage s is released one iteration later: one stage
+     * could never be refilled while its consumer still holds it */
+    if (release_lag == 1 && stages < 2) {
+        lower_error(lower, lag->a->loc, "release_lag = 1 needs stages >= 2 "
+                    "(the stage of an iteration stays held during the next "
+                    "one), got %lld stage", (long long)stages);
+        return false;
+    }
+    loop->u.loop.release_lag = (int)release_lag;
     return true;
 }
 

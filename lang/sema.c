@@ -205,7 +205,7 @@ static bool has_option(const PtrVec *options, const char *name) {
 
 static bool check_loop(Program *program, const AstNode *node,
                        int parallel_depth, int pipelined_depth) {
-    static const char *const stages[] = {"stages", NULL};
+    static const char *const options[] = {"stages", "release_lag", NULL};
     if (strcmp(node->text, "pipelined") != 0) {
         if (!node->list2) return true;
         diag_error(program->diag, ast_at(node->list2, 0)->loc, "%s loops "
@@ -213,7 +213,7 @@ static bool check_loop(Program *program, const AstNode *node,
                    node->text);
         return false;
     }
-    bool ok = check_options(program, node->list2, stages, "pipelined");
+    bool ok = check_options(program, node->list2, options, "pipelined");
     if (ast_count(node->list) != 2) {
         diag_error(program->diag, node->loc, "pipelined takes (begin, end, "
                    "stages = S), got %d bound%s", ast_count(node->list),

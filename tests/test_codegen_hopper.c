@@ -677,3 +677,100 @@ Test(codegen_hopper, wait_one_keeps_a_group_in_flight) {
     free(ptx);
     arena_free(arena);
 }
+
+/* ---- stores before a wait are fenced ----------------------------------- */
+
+/* The constraint string of an empty asm over `count` tied operands of
+ * register class `letter`: "=f,=f,...,0,1,...". */
+static char *tied_constraints(int count, char letter) {
+    char *text = calloc(1, (size_t)count * 8 + 1);
+    cr_assert_not_null(text);
+    for (int i = 0; i < count; i++)
+        sprintf(text + strlen(text), "%s=%c", i ? "," : "", letter);
+    for (int i = 0; i < count; i++) sprintf(text + strlen(text), ",%d", i);
+    return text;
+}
+
+/* Stores to LOCAL arrays between a wgmma group and the wait for it (acc
+ * doubled, an i32 counter array) go through one empty asm per array right
+ * before that wait, f32 as "+f", i32 as "+r", so LLVM cannot sink their
+ * computation below it; stores before the group's wgmmas (the zero fill)
+ * are outside the window: nothing precedes the first wait.  ptxas still
+ * takes the kernel without local memory. */
+Test(codegen_hopper, stores_before_a_wait_are_fenced) {
+    Arena *arena = arena_new();
+    Module *m = ir_new_module(arena, "sm_90a");
+    Kernel *k = ir_new_kernel(m, "fenced__tile");
+    k->threads = 128;
+    k->compute_threads = 128;
+    Var *M = ir_new_var(k, "M", DT_I32, VAR_SYMBOL), *N = ir_new_var(k, "N", DT_I32, VAR_SYMBOL);
+    k->symbols = arena_alloc(arena, 2 * sizeof(Var *));
+    k->symbols[0] = M;
+    k->symbols[1] = N;
+    k->nsymbols = 2;
+    k->params = arena_alloc(arena, 2 * sizeof(Param));
+    Buffer *d = tensor(k, "d", DT_F32, M, N);
+    Buffer *counts = tensor(k, "counts", DT_I32, M, N);
+    int64_t tile[3] = {1, 64, 128};
+    Buffer *sa = shared(k, "sa", DT_E4M3, 3, tile, 0, SHARED_ASYNC_SWIZZLE128);
+    Buffer *sb = shared(k, "sb", DT_E4M3, 3, tile, 8192, SHARED_ASYNC_SWIZZLE128);
+    k->shared_bytes = 16384;
+    Buffer *acc = local(k, k->body, "acc", DT_F32, 32);
+    Buffer *part = local(k, k->body, "part", DT_F32, 32);
+    Buffer *count = local(k, k->body, "count", DT_I32, 4);
+    for (int i = 0; i < 32; i++) /* before the wgmmas: not fenced */
+        ir_seq_append(k, k->body, store1(k, acc, i32(k, i), ir_var(k, M)));
+    group(k, k->body, sa, sb, part, 1);
+    for (int i = 0; i < 32; i++) { /* while the group runs: fenced */
+        Expr *index = i32(k, i);
+        Expr *twice = bin(k, BIN_MUL, ir_load(k, acc, &index, NULL), ir_float(k, DT_F32, 2.0));
+        ir_seq_append(k, k->body, store1(k, acc, i32(k, i), twice));
+    }
+    for (int i = 0; i < 4; i++)
+        ir_seq_append(k, k->body, store1(k, count, i32(k, i), bin(k, BIN_MUL, tid(k), i32(k, i + 1))));
+    ir_seq_append(k, k->body, fence(k, FENCE_WGMMA_WAIT, 0));
+    accumulate(k, k->body, acc, part);
+    for (int i = 0; i < 32; i++) {
+        Stmt *s = ir_new_stmt(k, STMT_STORE, k->loc);
+        Buffer *target = i < 4 ? counts : d;
+        Buffer *source = i < 4 ? count : acc;
+        s->u.store.buffer = target;
+        s->u.store.indices = arena_alloc(arena, 2 * sizeof(Expr *));
+        s->u.store.indices[0] = tid(k);
+        s->u.store.indices[1] = i32(k, i);
+        Expr *index = i32(k, i);
+        s->u.store.value = ir_load(k, source, &index, NULL);
+        ir_seq_append(k, k->body, s);
+        if (i < 4) { /* and acc[i] too */
+            Stmt *t = ir_new_stmt(k, STMT_STORE, k->loc);
+            *t = *s;
+            t->u.store.buffer = d;
+            t->u.store.value = ir_load(k, acc, &index, NULL);
+            ir_seq_append(k, k->body, t);
+        }
+    }
+
+    char *llvm = compile(m, CODEGEN_LLVM_IR);
+    const char *wait1 = strstr(llvm, "wgmma.wait_group.sync.aligned(i64 1)");
+    const char *wait0 = strstr(llvm, "wgmma.wait_group.sync.aligned(i64 0)");
+    cr_assert(wait1 && wait0 && wait1 < wait0, "%s", llvm);
+    char *floats = tied_constraints(32, 'f'), *ints = tied_constraints(4, 'r');
+    const char *empty = "asm sideeffect \"\"";
+    const char *first_asm = strstr(llvm, empty);
+    cr_assert(first_asm && first_asm > wait1, "an empty asm before the first wait:\n%s", llvm);
+    const char *f = strstr(wait1, floats), *r = strstr(wait1, ints);
+    cr_assert(f && f < wait0, "acc's stores are not fenced before wait_group 0:\n%s", llvm);
+    cr_assert(r && r < wait0, "count's stores are not fenced before wait_group 0:\n%s", llvm);
+    /* after the wait: part's pin, and nothing else fenced */
+    const char *pin = strstr(wait0, floats);
+    cr_assert(pin, "part is not pinned after wait_group 0:\n%s", llvm);
+    cr_assert_null(strstr(pin + 1, empty), "a second asm after wait_group 0:\n%s", llvm);
+    free(floats);
+    free(ints);
+    free(llvm);
+
+    char *ptx = compile(m, CODEGEN_PTX);
+    expect_no_local_memory(ptx);
+    free(ptx);
+    arena_free(arena);
+}

@@ -42,13 +42,14 @@
 #define EDGE 128
 
 static const tk__gemm_variant VARIANTS[] = {TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF,
-                                            TK__GEMM_PERSISTENT, TK__GEMM_PERSISTENT_WS_OFF};
+                                            TK__GEMM_PERSISTENT, TK__GEMM_PERSISTENT_WS_OFF,
+                                            TK__GEMM_PERSISTENT_BAND16};
 /* Indexed by tk__gemm_variant. */
 static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off", "persistent",
-                                            "persistent_ws_off"};
+                                            "persistent_ws_off", "persistent_band16"};
 /* The fp8 GEMM has the first three; gemm_bf16 all. */
 #define FP8_VARIANTS 3
-#define BF16_VARIANTS 5
+#define BF16_VARIANTS 6
 
 /* One GEMM problem: host operands and reference, device buffers. */
 typedef struct problem {
@@ -502,7 +503,8 @@ Test(gemm_api, variants_pick_their_instances) {
     d.data = (void *)(base + 0x20000);
     const char *bf16_names[] = {"gemm_bf16__default", "gemm_bf16__tma_off", "gemm_bf16__ws_off",
                                 "gemm_bf16_persistent__default",
-                                "gemm_bf16_persistent__ws_off"};
+                                "gemm_bf16_persistent__ws_off",
+                                "gemm_bf16_persistent__band16"};
     for (int v = 0; v < BF16_VARIANTS; v++) {
         tk_status status = tk__gemm_bf16_variant(&a, &b, &d, VARIANTS[v], NULL);
         cr_assert(device ? status == TK_SUCCESS : status != TK_SUCCESS, "%s: %s",

@@ -38,6 +38,20 @@
  * for that slot's empty phase like the refills do; the producer half
  * already does (`i >= S` with the global i).
  *
+ * With release_lag 1 the consumer keeps iteration i's stage during
+ * iteration i + 1 (a gemm with wait = 1 may still read it): at the end of
+ * iteration i >= 1 (the global count, base included) it arrives on
+ * empty[stage of i - 1].  The last iteration's stage is released by the
+ * next run's first iteration (never, after the last run), so the work of
+ * the last iteration that the program completes after the loop (its
+ * gemm_wait) is done before the slot can be refilled.  The producer half
+ * is unchanged (each use of a slot still gets one arrival per consumer
+ * thread, in order, so the parities hold); it runs S - 1 iterations ahead
+ * instead of S, hence S >= 2.  A role-both loop refills the slot it just
+ * released, with iteration i - 1 + S, after that arrival; its prologue
+ * issues S - 1 iterations when a previous run's last slot is still held
+ * (base > 0), S otherwise.
+ *
  * Barriers are initialised once at the top of the kernel by thread 0,
  * followed by fence mbarrier_init and a block barrier.
  *
@@ -492,8 +506,35 @@ static void serialize(Stmt *loop)
 {
     loop->u.loop.kind = LOOP_SERIAL;
     loop->u.loop.stages = 0;
+    loop->u.loop.release_lag = 0;
     loop->u.loop.role = PIPE_BOTH;
     loop->u.loop.pipe_id = 0;
+}
+
+/* Lagged release in global iteration it: `if it >= 1 { let stage of
+ * it - 1; [let parity of it - 1;] arrive empty[that stage] }`; the caller
+ * may append to the IF's then body, which sees the lets (parity may be
+ * NULL). */
+static Stmt *release_previous(Kernel *k, const Pipe *p, Var *it, Var **stage,
+                              Var **parity, Loc loc)
+{
+    Stmt *body = ir_seq(k, NULL, 0);
+    int64_t S = p->stages;
+    Var *prev = ir_new_var(k, "it_prev", PASS_INDEX_TYPE, VAR_LET);
+    ir_seq_append(k, body, let(k, prev, ir_binary(k, BIN_SUB, ir_var(k, it),
+                                                  pass_index(k, 1)), loc));
+    *stage = ir_new_var(k, "stage_prev", PASS_INDEX_TYPE, VAR_LET);
+    ir_seq_append(k, body, let(k, *stage, pass_mod(k, ir_var(k, prev), pass_index(k, S)),
+                               loc));
+    if (parity) {
+        *parity = ir_new_var(k, "parity_prev", PASS_INDEX_TYPE, VAR_LET);
+        Expr *round = pass_div(k, ir_var(k, prev), pass_index(k, S));
+        ir_seq_append(k, body, let(k, *parity, pass_mod(k, round, pass_index(k, 2)), loc));
+    }
+    ir_seq_append(k, body, async_mbarrier(k, MBAR_ARRIVE, p->empty, ir_var(k, *stage),
+                                          NULL, loc));
+    Expr *later = ir_binary(k, BIN_GE, ir_var(k, it), pass_index(k, 1));
+    return async_if(k, later, body, loc);
 }
 
 /* Role both: returns what replaces the loop (prologue, loop, base update). */
@@ -513,7 +554,9 @@ static Stmt *pipeline_both(PipeCtx *c, Pipe *p, Stmt *skeleton)
                             pass_mul(k, ir_var(k, j), pass_index(k, step)));
     Stmt *first = ir_substitute_stmt(k, skeleton, k_var, k_of_j);
     Expr *first_bytes = ir_substitute(k, bytes_or_zero(k, bytes), k_var, k_of_j);
-    Expr *k_ahead = pass_add(k, ir_var(k, k_var), pass_index(k, S * step));
+    /* a lagged loop refills, at the end of iteration i, the slot of i - 1 */
+    int64_t lag = loop->u.loop.release_lag;
+    Expr *k_ahead = pass_add(k, ir_var(k, k_var), pass_index(k, (S - lag) * step));
     Stmt *refill = ir_substitute_stmt(k, skeleton, k_var, k_ahead);
     Expr *refill_bytes = ir_substitute(k, bytes_or_zero(k, bytes), k_var, k_ahead);
     Stmt *body = async_strip(k, loop->u.loop.body);
@@ -538,36 +581,54 @@ static Stmt *pipeline_both(PipeCtx *c, Pipe *p, Stmt *skeleton)
     Stmt *pro_loop = ir_new_stmt(k, STMT_FOR, loc);
     pro_loop->u.loop.var = j;
     pro_loop->u.loop.begin = pass_index(k, 0);
-    pro_loop->u.loop.end = ir_binary(k, BIN_MIN, pass_index(k, S), trip_count(k, loop));
+    Expr *ahead_count = pass_index(k, S);
+    if (lag && p->base) /* the previous run's last slot is held until iteration base ends */
+        ahead_count = ir_binary(k, BIN_SUB, ahead_count,
+                                ir_binary(k, BIN_MIN, ir_var(k, p->base), pass_index(k, 1)));
+    pro_loop->u.loop.end = ir_binary(k, BIN_MIN, ahead_count, trip_count(k, loop));
     pro_loop->u.loop.step = 1;
     pro_loop->u.loop.kind = LOOP_SERIAL;
     pro_loop->u.loop.body = pro_body;
 
     /* the loop */
     Stmt *out_body = ir_seq(k, NULL, 0);
-    Var *stage, *parity;
+    Var *stage, *parity, *it;
     stage_lets(k, out_body, p, iteration(k, loop, ir_var(k, k_var), p->base), &stage,
-               &parity, NULL, loc);
+               &parity, &it, loc);
     ir_seq_append(k, out_body, async_mbarrier(k, MBAR_WAIT, p->full, ir_var(k, stage),
                                               ir_var(k, parity), loc));
     append_all(k, out_body, body);
-    ir_seq_append(k, out_body, async_mbarrier(k, MBAR_ARRIVE, p->empty,
-                                              ir_var(k, stage), NULL, loc));
-    Stmt *issue = ir_seq(k, NULL, 0);
-    ir_seq_append(k, issue, async_mbarrier(k, MBAR_WAIT, p->empty, ir_var(k, stage),
-                                           ir_var(k, parity), loc));
-    ir_seq_append(k, issue, async_mbarrier(k, MBAR_EXPECT_TX, p->full,
-                                           ir_var(k, stage), refill_bytes, loc));
-    append_all(k, issue, refill);
-    Expr *ahead = ir_binary(k, BIN_LT, pass_add(k, ir_var(k, k_var), pass_index(k, S * step)),
-                            ir_copy_expr(k, loop->u.loop.end));
-    ir_seq_append(k, out_body, async_if(k, async_thread_is(k, 0),
-                                        async_if(k, ahead, issue, loc), loc));
-
     Reindex r = {.k = k, .versioned = &p->versioned, .stage = pro_stage, .full = p->full};
     reindex(&r, pro_body);
     r.stage = stage;
     reindex(&r, out_body);
+
+    /* release a slot (this iteration's, or the previous one's with a
+     * lag), and thread 0 refills it with the iteration S on */
+    Var *free_stage = stage, *free_parity = parity;
+    Stmt *release = NULL;
+    if (lag)
+        release = release_previous(k, p, it, &free_stage, &free_parity, loc);
+    else
+        release = async_mbarrier(k, MBAR_ARRIVE, p->empty, ir_var(k, stage), NULL, loc);
+    Stmt *issue = ir_seq(k, NULL, 0);
+    ir_seq_append(k, issue, async_mbarrier(k, MBAR_WAIT, p->empty, ir_var(k, free_stage),
+                                           ir_var(k, free_parity), loc));
+    ir_seq_append(k, issue, async_mbarrier(k, MBAR_EXPECT_TX, p->full,
+                                           ir_var(k, free_stage), refill_bytes, loc));
+    append_all(k, issue, refill);
+    r.stage = free_stage;
+    reindex(&r, issue);
+    Expr *ahead = ir_binary(k, BIN_LT, ir_copy_expr(k, k_ahead),
+                            ir_copy_expr(k, loop->u.loop.end));
+    Stmt *refill_if = async_if(k, async_thread_is(k, 0), async_if(k, ahead, issue, loc), loc);
+    if (lag) { /* inside the `not the first iteration` guard */
+        ir_seq_append(k, release->u.if_.then_body, refill_if);
+        ir_seq_append(k, out_body, release);
+    } else {
+        ir_seq_append(k, out_body, release);
+        ir_seq_append(k, out_body, refill_if);
+    }
     add_stage_dims(p, k, !other_writes(body, &p->versioned));
 
     loop->u.loop.body = out_body;
@@ -602,15 +663,20 @@ static void pipeline_pair(PipeCtx *c, Pipe *p)
     append_all(k, pbody, prod->u.loop.body);
 
     Stmt *cbody = ir_seq(k, NULL, 0);
-    Var *cstage, *cparity;
+    Var *cstage, *cparity, *cit;
     stage_lets(k, cbody, p, iteration(k, cons, ir_var(k, cons->u.loop.var),
                                       p->consumer_base),
-               &cstage, &cparity, NULL, loc);
+               &cstage, &cparity, &cit, loc);
     ir_seq_append(k, cbody, async_mbarrier(k, MBAR_WAIT, p->full, ir_var(k, cstage),
                                            ir_var(k, cparity), loc));
     append_all(k, cbody, cons->u.loop.body);
-    ir_seq_append(k, cbody, async_mbarrier(k, MBAR_ARRIVE, p->empty, ir_var(k, cstage),
-                                           NULL, loc));
+    if (cons->u.loop.release_lag) {
+        Var *prev_stage;
+        ir_seq_append(k, cbody, release_previous(k, p, cit, &prev_stage, NULL, loc));
+    } else {
+        ir_seq_append(k, cbody, async_mbarrier(k, MBAR_ARRIVE, p->empty,
+                                               ir_var(k, cstage), NULL, loc));
+    }
 
     Reindex r = {.k = k, .versioned = &p->versioned, .stage = pstage, .full = p->full};
     reindex(&r, pbody);
@@ -702,6 +768,12 @@ bool pass_pipeline_loops(Kernel *k, Diag *diag)
         }
         if (p.stages < 1) {
             pass_error(diag, &c.ok, loop->loc, "a pipelined loop needs stages >= 1");
+            continue;
+        }
+        const Stmt *lagged = p.consumer ? p.consumer : loop;
+        if (lagged->u.loop.release_lag && p.stages < 2) {
+            pass_error(diag, &c.ok, loop->loc, "a pipelined loop with release_lag "
+                       "1 needs stages >= 2");
             continue;
         }
         Stmt *skeleton = role == PIPE_PRODUCER ? loop->u.loop.body

@@ -568,7 +568,8 @@ TK_API tk_status tk_per_token_cast_with_precomputed_sf(const tk_tensor *x,
  * bit-reproducible against other libraries (the f32 summation order is
  * the kernel's); tests hold them to ||d - ref|| / ||ref|| < 2e-3. */
 
-/* a bf16 (M, K), b bf16 (N, K), d bf16 (M, N), K % 8 == 0. */
+/* a bf16 (M, K), b bf16 (N, K), d bf16 (M, N), K % 8 == 0.  Runs the
+ * persistent kernel: one block per SM walks the output tiles. */
 TK_API tk_status tk_gemm_bf16(const tk_tensor *a, const tk_tensor *b,
                               const tk_tensor *d, tk_stream stream);
 
