@@ -261,8 +261,9 @@ tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a, const tk_tensor *
     static const char function[] = "tk_gemm_fp8_blockscaled";
     tk__set_last_instance(NULL);
     tk_status status;
-    if ((status = tk__check_variant(function, variant,
-                                    TK_COUNT(tk__gemm_fp8_instances))) ||
+    bool wide = variant == TK__GEMM_WIDE;
+    if ((!wide && (status = tk__check_variant(function, variant,
+                                              TK_COUNT(tk__gemm_fp8_instances)))) ||
         (status = tk__check_operands(function, a, b, d, TK_E4M3, 16)))
         return status;
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];
@@ -280,6 +281,10 @@ tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a, const tk_tensor *
         scales_b.strides[0] = scales_b.shape[1];
     if (scales_b.shape[1] == 1)
         scales_b.strides[1] = 1;
+    if (wide) {
+        tk__set_last_instance("gemm_fp8_blockscaled_wide__default");
+        return tkl_gemm_fp8_blockscaled_wide__default(a, &sfa_storage, b, &scales_b, d, stream);
+    }
     tk__set_last_instance(tk__gemm_fp8_instances[variant].name);
     return tk__gemm_fp8_instances[variant].launcher(a, &sfa_storage, b, &scales_b, d, stream);
 }
