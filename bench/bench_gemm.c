@@ -196,11 +196,13 @@ static bool setup(const tkb_context *ctx, const tkb_case *c, void **state, doubl
 
 static tk_status launch(void *opaque) {
     gemm_state *s = opaque;
+    /* every row names its instance (the public entry points pick one of
+     * them: tk_gemm_bf16 the persistent one, tk_gemm_fp8_blockscaled the
+     * default) */
     if (s->p->input == TK_E4M3)
-        return tk_gemm_fp8_blockscaled(&s->ta, &s->tsfa, &s->tb, &s->tsfb, &s->td, NULL);
-    if (s->p->variant != TK__GEMM_DEFAULT)
-        return tk__gemm_bf16_variant(&s->ta, &s->tb, &s->td, s->p->variant, NULL);
-    return tk_gemm_bf16(&s->ta, &s->tb, &s->td, NULL);
+        return tk__gemm_fp8_blockscaled_variant(&s->ta, &s->tsfa, &s->tb, &s->tsfb, &s->td,
+                                                s->p->variant, NULL);
+    return tk__gemm_bf16_variant(&s->ta, &s->tb, &s->td, s->p->variant, NULL);
 }
 
 static tk_status ceiling(void *opaque) {

@@ -588,7 +588,8 @@ TK_API tk_status tk_gemm_bf16(const tk_tensor *a, const tk_tensor *b,
  * loads each K block's scales with one TMA box.
  * sfb: f32 (ceil(N/128), ceil(K/128)), one scale per 128 x 128 block of
  * b as tk_per_block_cast(..., 128, 128, ...) writes it, any strides
- * (row- or column-major).  Every scale tensor 16-byte aligned. */
+ * (row- or column-major).  Every scale tensor 16-byte aligned.  Runs
+ * the 256 x 128-tile kernel (kernels/gemm_fp8_wide.tk). */
 TK_API tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a,
                                          const tk_tensor *sfa,
                                          const tk_tensor *b,
