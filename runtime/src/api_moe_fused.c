@@ -6,8 +6,9 @@
  * before launching: rows whose byte length and stride are multiples of 16
  * go to the `vec` instances as 32-bit words (four per 16-byte vector),
  * other rows to an `any_*` instance element by element (`any` = bytes for
- * the scaled form).  Scale factors are copied as 32-bit words too: f32
- * scales and packed UE8M0 words alike.  reduce_fused picks its instance by
+ * the scaled form, whose `vec` instance takes rows of a multiple of 896
+ * words and `vec4` the other 16-byte ones).  Scale factors are copied as
+ * 32-bit words too: f32 scales and packed UE8M0 words alike.  reduce_fused picks its instance by
  * (input, output) dtype and by whether H is a multiple of the wide
  * instance's block width; the optional inputs (weights, row scales, output
  * scale) reach the kernel as empty tensors when absent.
@@ -16,6 +17,9 @@
 #include "tk_kernels.h"
 
 #define TK_FUSED_VECTOR_BYTES 16
+/* 32 lanes x 7 vectors x 4 words: the block column of
+ * expand_to_fused_with_sf's vec instance (kernels/moe_fused.tk). */
+#define TK_EXPAND_SF_WIDE_WORDS 896
 /* TileKernels' reduce_fused asserts hidden % 256 == 0. */
 #define TK_REDUCE_HIDDEN_MULTIPLE 256
 
@@ -261,12 +265,22 @@ tk_status tk_expand_to_fused_with_sf(const tk_tensor *x, const tk_tensor *x_sf,
      * dimensions, which are never stepped over */
     tk_tensor out_scales = tk__view(out_sf->data, TK_U32, 2, expanded, words,
                                     expected.strides[0], expected.strides[1]);
-    if (vector) {
+    /* vec's block column (TK_EXPAND_SF_WIDE_WORDS words) halves a 7168-byte
+     * e4m3 row exactly; a row it does not divide goes to vec4 (512 words),
+     * so that fewer lanes of the last block column run empty. */
+    if (vector && x_view.shape[1] % TK_EXPAND_SF_WIDE_WORDS == 0) {
         tk__set_last_instance("expand_to_fused_with_sf__vec");
         return tkl_expand_to_fused_with_sf__vec(&x_view, &scales,
                                                 token_topk_to_pos,
                                                 pos_to_expert, &out_view,
                                                 &out_scales, stream);
+    }
+    if (vector) {
+        tk__set_last_instance("expand_to_fused_with_sf__vec4");
+        return tkl_expand_to_fused_with_sf__vec4(&x_view, &scales,
+                                                 token_topk_to_pos,
+                                                 pos_to_expert, &out_view,
+                                                 &out_scales, stream);
     }
     tk__set_last_instance("expand_to_fused_with_sf__any");
     return tkl_expand_to_fused_with_sf__any(&x_view, &scales,
