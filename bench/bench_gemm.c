@@ -59,8 +59,6 @@ static const gemm_params BF16_8K_PERSISTENT = {TK_BF16, 8192, 8192, 8192, TK__GE
 static const gemm_params BF16_MOE_PERSISTENT = {TK_BF16, 4096, 7168, 2048, TK__GEMM_PERSISTENT};
 static const gemm_params FP8_8K_WIDE = {TK_E4M3, 8192, 8192, 8192, TK__GEMM_WIDE};
 static const gemm_params FP8_MOE_WIDE = {TK_E4M3, 4096, 7168, 2048, TK__GEMM_WIDE};
-static const gemm_params FP8_8K_SPLIT = {TK_E4M3, 8192, 8192, 8192, TK__GEMM_WIDE_SPLIT};
-static const gemm_params FP8_MOE_SPLIT = {TK_E4M3, 4096, 7168, 2048, TK__GEMM_WIDE_SPLIT};
 static const gemm_params BF16_8K_BAND16 = {TK_BF16, 8192, 8192, 8192, TK__GEMM_PERSISTENT_BAND16};
 static const gemm_params BF16_MOE_BAND16 = {TK_BF16, 4096, 7168, 2048,
                                             TK__GEMM_PERSISTENT_BAND16};
@@ -329,10 +327,6 @@ static const tkb_case CASES[] = {
      teardown, &FP8_8K_WIDE},
     {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 256x128 tiles", setup, launch, verify,
      teardown, &FP8_MOE_WIDE},
-    {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 256x128 in quarters", setup, launch,
-     verify, teardown, &FP8_8K_SPLIT},
-    {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 256x128 in quarters", setup, launch,
-     verify, teardown, &FP8_MOE_SPLIT},
     {"gemm_bf16_persistent", "8192x8192x8192", "bf16 bands of 16", setup, launch, verify,
      teardown, &BF16_8K_BAND16},
     {"gemm_bf16_persistent", "4096x7168x2048", "bf16 bands of 16", setup, launch, verify,
@@ -351,7 +345,5 @@ static const tkb_compute COMPUTE[] = {
     {&CASES[7], FLOPS(4096, 7168, 2048), ceiling},
     {&CASES[8], FLOPS(8192, 8192, 8192), ceiling},
     {&CASES[9], FLOPS(4096, 7168, 2048), ceiling},
-    {&CASES[10], FLOPS(8192, 8192, 8192), ceiling},
-    {&CASES[11], FLOPS(4096, 7168, 2048), ceiling},
 };
 TKB_REGISTER_COMPUTE(COMPUTE)

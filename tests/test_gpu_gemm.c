@@ -264,9 +264,8 @@ Test(gemm_check, passes_f32_accumulation_and_fails_a_short_k) {
 static void check_all_variants(problem *p) {
     /* the fp8 GEMM's variants: the first three, then its 256-row kernel */
     static const tk__gemm_variant FP8_LIST[] = {TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF,
-                                                TK__GEMM_WS_OFF, TK__GEMM_WIDE,
-                                                TK__GEMM_WIDE_SPLIT};
-    static const char *const FP8_NAMES[] = {"default", "tma_off", "ws_off", "wide", "split"};
+                                                TK__GEMM_WS_OFF, TK__GEMM_WIDE};
+    static const char *const FP8_NAMES[] = {"default", "tma_off", "ws_off", "wide"};
     bool fp8 = p->input == TK_E4M3;
     int variants = fp8 ? (int)(sizeof FP8_LIST / sizeof FP8_LIST[0]) : BF16_VARIANTS;
     for (int v = 0; v < variants; v++) {

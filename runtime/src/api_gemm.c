@@ -261,7 +261,7 @@ tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a, const tk_tensor *
     static const char function[] = "tk_gemm_fp8_blockscaled";
     tk__set_last_instance(NULL);
     tk_status status;
-    bool wide = variant == TK__GEMM_WIDE || variant == TK__GEMM_WIDE_SPLIT;
+    bool wide = variant == TK__GEMM_WIDE;
     if ((!wide && (status = tk__check_variant(function, variant,
                                               TK_COUNT(tk__gemm_fp8_instances)))) ||
         (status = tk__check_operands(function, a, b, d, TK_E4M3, 16)))
@@ -281,11 +281,6 @@ tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a, const tk_tensor *
         scales_b.strides[0] = scales_b.shape[1];
     if (scales_b.shape[1] == 1)
         scales_b.strides[1] = 1;
-    if (variant == TK__GEMM_WIDE_SPLIT) {
-        tk__set_last_instance("gemm_fp8_blockscaled_split__default");
-        return tkl_gemm_fp8_blockscaled_split__default(a, &sfa_storage, b, &scales_b, d,
-                                                       stream);
-    }
     if (wide) {
         tk__set_last_instance("gemm_fp8_blockscaled_wide__default");
         return tkl_gemm_fp8_blockscaled_wide__default(a, &sfa_storage, b, &scales_b, d, stream);

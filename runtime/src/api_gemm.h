@@ -20,8 +20,7 @@ typedef enum tk__gemm_variant {
     TK__GEMM_PERSISTENT = 3,        /* bf16: persistent, warp-specialised */
     TK__GEMM_PERSISTENT_WS_OFF = 4, /* bf16: persistent, no producer warpgroup */
     TK__GEMM_PERSISTENT_BAND16 = 5, /* bf16: persistent, bands of 16 tile rows */
-    TK__GEMM_WIDE = 6,              /* fp8: 256 x 128 tiles (gemm_fp8_wide.tk) */
-    TK__GEMM_WIDE_SPLIT = 7         /* fp8: 256 x 128 in quarters, overlapped */
+    TK__GEMM_WIDE = 6               /* fp8: 256 x 128 tiles (gemm_fp8_wide.tk) */
 } tk__gemm_variant;
 
 /* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)
