@@ -185,6 +185,14 @@ Test(tkc_usage, malformed_input_exits_1_with_location) {
     free(output);
 }
 
+/* A regression: this used to crash tkc inside vectorize. */
+Test(tkc_usage, mutable_var_in_parallel_compiles) {
+    size_t size = 0;
+    char *ptx = compile_to(DATA "/mutable_in_parallel.tk", "ptx", "sm_90a", "mutable.ptx", &size);
+    cr_assert(strstr(ptx, ".entry scale_rows") != NULL, "no kernel in the PTX");
+    free(ptx);
+}
+
 /* ---- every emit kind on the library ------------------------------------ */
 
 Test(tkc_emit, cubin_is_elf) {
