@@ -16,67 +16,13 @@
 #include <string.h>
 
 #include "ir.h"
+#include "ir_test_support.h"
 #include "passes/tile_util.h"
 
-#ifndef TK_SOURCE_DIR
-#define TK_SOURCE_DIR "."
-#endif
 #define THREAD_GOLDEN TK_SOURCE_DIR "/tests/ir/hopper_thread.ir"
 #define TILE_GOLDEN TK_SOURCE_DIR "/tests/ir/hopper_tile.ir"
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static char *read_file(const char *path)
-{
-    FILE *file = fopen(path, "rb");
-    cr_assert(file, "cannot open %s", path);
-    fseek(file, 0, SEEK_END);
-    long size = ftell(file);
-    fseek(file, 0, SEEK_SET);
-    char *text = malloc((size_t)size + 1);
-    cr_assert(fread(text, 1, (size_t)size, file) == (size_t)size);
-    text[size] = 0;
-    fclose(file);
-    return text;
-}
-
-/* Diagnostics captured in memory. */
-typedef struct {
-    Diag diag;
-    FILE *stream;
-    char *text;
-    size_t size;
-} Captured;
-
-static void capture_init(Captured *c)
-{
-    c->text = NULL;
-    c->size = 0;
-    c->stream = open_memstream(&c->text, &c->size);
-    diag_init(&c->diag, c->stream);
-}
-
-static const char *capture_text(Captured *c)
-{
-    fflush(c->stream);
-    return c->text ? c->text : "";
-}
-
-static void capture_done(Captured *c)
-{
-    fclose(c->stream);
-    free(c->text);
-}
-
-static char *module_text(const Module *m)
-{
-    char *text = NULL;
-    size_t size = 0;
-    FILE *out = open_memstream(&text, &size);
-    ir_print_module(out, m);
-    fclose(out);
-    return text;
-}
 
 static char *stmt_text(const Kernel *k, Stmt *s)
 {
@@ -89,16 +35,6 @@ static char *stmt_text(const Kernel *k, Stmt *s)
     ir_print_kernel(out, &view);
     fclose(out);
     return text;
-}
-
-static Module *parse_ok(Arena *arena, const char *text)
-{
-    Captured c;
-    capture_init(&c);
-    Module *m = ir_parse(arena, &c.diag, "<ir>", text);
-    cr_assert(m, "parse failed:\n%s\n--- text:\n%s", capture_text(&c), text);
-    capture_done(&c);
-    return m;
 }
 
 /* text with the first occurrence of `find` replaced (which must exist). */
@@ -215,7 +151,7 @@ Test(hopper_ir, property_tables_and_defaults)
     /* parsing without compute_threads gives threads */
     Module *parsed = parse_ok(arena, "kernel k {\n  threads 96\n  grid 1, 1, 1\n  body {}\n}\n");
     cr_expect_eq(parsed->kernels[0]->compute_threads, 96);
-    char *text = module_text(parsed);
+    char *text = print_module_text(parsed);
     cr_expect_null(strstr(text, "compute_threads"), "printed at its default:\n%s", text);
     free(text);
     arena_free(arena);
@@ -385,7 +321,7 @@ Test(hopper_ir, built_module_verifies_and_round_trips)
     char *messages;
     cr_expect(verify_module(m, &messages), "built kernel rejected:\n%s", messages);
     free(messages);
-    char *text = module_text(m);
+    char *text = print_module_text(m);
     static const char *const pieces[] = {
         "  compute_threads 256\n  min_blocks 1\n  hint_tma on\n  hint_warp_specialize off\n",
         "  tensor_map 0 @a box [64, 64] swizzle 128\n",
@@ -410,7 +346,7 @@ Test(hopper_ir, built_module_verifies_and_round_trips)
     for (size_t p = 0; p < sizeof pieces / sizeof pieces[0]; p++)
         cr_expect(strstr(text, pieces[p]), "missing \"%s\" in:\n%s", pieces[p], text);
     Module *parsed = parse_ok(arena, text);
-    char *again = module_text(parsed);
+    char *again = print_module_text(parsed);
     cr_expect_str_eq(again, text, "print(parse(print(m))) differs");
     cr_expect(verify_module(parsed, &messages), "parsed kernel rejected:\n%s", messages);
     free(messages);

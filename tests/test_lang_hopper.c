@@ -13,21 +13,12 @@
 #include <string.h>
 
 #include "frontend.h"
+#include "ir_test_support.h"
 
 #define SOURCE_DIR TK_SOURCE_DIR
 
-static char *slurp(const char *path) {
-    FILE *in = fopen(path, "rb");
-    cr_assert(in, "cannot open %s", path);
-    fseek(in, 0, SEEK_END);
-    long size = ftell(in);
-    fseek(in, 0, SEEK_SET);
-    char *text = malloc((size_t)size + 1);
-    size_t n = fread(text, 1, (size_t)size, in);
-    text[n] = '\0';
-    fclose(in);
-    return text;
-}
+/* the whole file: read_file of ir_test_support.h */
+static char *slurp(const char *path) { return read_file(path); }
 
 /* The first ``` block after `heading` in docs/hopper.md (malloc'd). */
 static char *doc_example(const char *heading) {
