@@ -563,7 +563,7 @@ Test(channel_api, instance_selection_and_empty_input) {
     sf.shape[0] = 2;
     tk_status status = tk_per_channel_cast(&x, 128, true, &out, &sf, NULL);
     cr_assert_eq(status, TK_ERROR_NO_DEVICE, "%s", tk_last_error());
-    cr_assert_str_eq(tk__last_instance(), "per_channel_cast__bf16_round");
+    cr_assert_str_eq(tk__last_instance(), "per_channel_cast__plain__bf16_round");
     tk_tensor pos = {.data = (void *)(uintptr_t)FAKE(4), .dtype = TK_I32, .rank = 1,
                      .shape = {256}, .strides = {1}};
     x.dtype = TK_F32;

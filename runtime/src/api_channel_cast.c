@@ -6,8 +6,13 @@
  * Each function validates the TileKernels-level arguments and picks one
  * instance:
  *
+ *   per_channel_cast__plain__<in>[_round]            in = bf16, f32
  *   per_channel_cast__<in>[_gather][_round]          in = bf16, f32, e4m3
  *   per_channel_cast_and_transpose__bm<32|128>[_round]
+ *
+ * The plain instances (tile in registers, no gather or input-scale
+ * operands) take every cast without a gather and without input scales;
+ * the general kernel takes the rest.
  *
  * tk_per_channel_cast is tk_per_channel_cast_fused without a gather or
  * input scales, as in TileKernels.  The kernel of the fused cast always
@@ -60,6 +65,27 @@ static const struct {
     TK_INSTANCE(TK_E4M3, false, true, e4m3_round),
     TK_INSTANCE(TK_E4M3, true, false, e4m3_gather),
     TK_INSTANCE(TK_E4M3, true, true, e4m3_gather_round),
+#undef TK_INSTANCE
+};
+
+typedef tk_status (*tk__plain_channel_launcher)(const tk_tensor *x,
+                                                const tk_tensor *out,
+                                                const tk_tensor *sf,
+                                                tk_stream stream);
+
+static const struct {
+    tk_dtype in;
+    bool round_sf;
+    const char *name;
+    tk__plain_channel_launcher launcher;
+} tk__plain_channel_instances[] = {
+#define TK_INSTANCE(IN, round, label)                                    \
+    {IN, round, "per_channel_cast__plain__" #label,                      \
+     tkl_per_channel_cast__plain__##label}
+    TK_INSTANCE(TK_BF16, false, bf16),
+    TK_INSTANCE(TK_BF16, true, bf16_round),
+    TK_INSTANCE(TK_F32, false, f32),
+    TK_INSTANCE(TK_F32, true, f32_round),
 #undef TK_INSTANCE
 };
 
@@ -270,6 +296,17 @@ tk_status tk_per_channel_cast_fused(const tk_tensor *x, const tk_tensor *x_sf,
     tk_tensor positions_in =
         pos_to_token ? *pos_to_token : tk__unused_operand(TK_I32, 1);
     bool gather = pos_to_token != NULL;
+    /* without a gather the rows are a multiple of 128 (checked above) */
+    for (int i = 0; !gather && !quantized &&
+                    i < TK_COUNT(tk__plain_channel_instances);
+         i++) {
+        if (tk__plain_channel_instances[i].in != x->dtype ||
+            tk__plain_channel_instances[i].round_sf != round_sf)
+            continue;
+        tk__set_last_instance(tk__plain_channel_instances[i].name);
+        return tk__plain_channel_instances[i].launcher(&input, out, out_sf,
+                                                       stream);
+    }
     for (int i = 0; i < TK_COUNT(tk__channel_instances); i++) {
         if (tk__channel_instances[i].in != x->dtype ||
             tk__channel_instances[i].gather != gather ||
