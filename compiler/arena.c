@@ -134,3 +134,23 @@ void vec_push(Arena *arena, PtrVec *vec, void *item)
     }
     vec->items[vec->count++] = item;
 }
+
+void text_add(Text *t, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        size_t room = t->capacity - t->length;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->data ? t->data + t->length : NULL, t->data ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) ice("vsnprintf failed");
+        if (t->data && (size_t)n < room) {
+            t->length += (size_t)n;
+            return;
+        }
+        t->capacity = (t->capacity + (size_t)n + 1) * 2;
+        t->data = realloc(t->data, t->capacity);
+        if (!t->data) ice("out of memory");
+    }
+}
+
+const char *text_get(const Text *t) { return t->data ? t->data : ""; }

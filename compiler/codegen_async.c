@@ -372,31 +372,6 @@ static void mark_async(Codegen *cg) {
     cg->wgmma_mark = block ? LLVMGetLastInstruction(block) : NULL;
 }
 
-/* Text helper for the asm strings. */
-typedef struct AsmText {
-    char *data;
-    size_t length, capacity;
-} AsmText;
-
-static void asm_add(AsmText *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void asm_add(AsmText *t, const char *fmt, ...) {
-    va_list ap;
-    for (;;) {
-        size_t room = t->capacity - t->length;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->data ? t->data + t->length : NULL, t->data ? room : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) ice("vsnprintf failed");
-        if (t->data && (size_t)n < room) {
-            t->length += (size_t)n;
-            return;
-        }
-        t->capacity = (t->capacity + (size_t)n + 1) * 2;
-        t->data = realloc(t->data, t->capacity);
-        if (!t->data) ice("out of memory");
-    }
-}
-
 /* Calls an asm statement whose first `outputs` operands are outputs of
  * type `output` tied to the last `outputs` inputs; returns the struct of
  * results. */
@@ -479,32 +454,32 @@ void cg_wgmma(Codegen *cg, const Stmt *s) {
                                         local_element(cg, acc, s->u.wgmma.acc_offset + i), "");
     }
 
-    AsmText text = {0}, constraints = {0};
+    Text text = {0}, constraints = {0};
     int operand = outputs; /* $outputs is the first input */
-    asm_add(&text, "{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n",
+    text_add(&text, "{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n",
             outputs + (a_in_registers ? 4 : 1) + 1);
-    asm_add(&text, "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {", n, s->u.wgmma.k,
+    text_add(&text, "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {", n, s->u.wgmma.k,
             wgmma_type_name(t), wgmma_type_name(t));
-    for (int i = 0; i < outputs; i++) asm_add(&text, "%s$%d", i ? ", " : "", i);
+    for (int i = 0; i < outputs; i++) text_add(&text, "%s$%d", i ? ", " : "", i);
     if (a_in_registers) {
-        asm_add(&text, "}, {$%d, $%d, $%d, $%d}", operand, operand + 1, operand + 2,
+        text_add(&text, "}, {$%d, $%d, $%d, $%d}", operand, operand + 1, operand + 2,
                 operand + 3);
         operand += 4;
     } else {
-        asm_add(&text, "}, $%d", operand++);
+        text_add(&text, "}, $%d", operand++);
     }
-    asm_add(&text, ", $%d, p, 1, 1", operand++);
+    text_add(&text, ", $%d, p, 1, 1", operand++);
     /* imm-trans: 1 = M/N-major; the IR's transpose_b means B is [N, K],
      * i.e. K-major.  A in registers has no trans-a; 8-bit has neither. */
     if (sixteen_bit) {
-        if (!a_in_registers) asm_add(&text, ", %d", s->u.wgmma.transpose_a ? 1 : 0);
-        asm_add(&text, ", %d", s->u.wgmma.transpose_b ? 0 : 1);
+        if (!a_in_registers) text_add(&text, ", %d", s->u.wgmma.transpose_a ? 1 : 0);
+        text_add(&text, ", %d", s->u.wgmma.transpose_b ? 0 : 1);
     }
-    asm_add(&text, ";\n}");
-    for (int i = 0; i < outputs; i++) asm_add(&constraints, "=f,");
-    asm_add(&constraints, a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
-    for (int i = 0; i < outputs; i++) asm_add(&constraints, ",%d", i);
-    asm_add(&constraints, ",~{memory}");
+    text_add(&text, ";\n}");
+    for (int i = 0; i < outputs; i++) text_add(&constraints, "=f,");
+    text_add(&constraints, a_in_registers ? "r,r,r,r,l,r" : "l,l,r");
+    for (int i = 0; i < outputs; i++) text_add(&constraints, ",%d", i);
+    text_add(&constraints, ",~{memory}");
 
     LLVMValueRef result = call_asm(cg, text.data, constraints.data, inputs, types, ninputs,
                                    outputs);
@@ -542,14 +517,14 @@ static void pin_accumulators(Codegen *cg, int64_t pending) {
         LLVMValueRef *values = malloc(sizeof *values * (size_t)range->count);
         LLVMTypeRef *types = malloc(sizeof *types * (size_t)range->count);
         if (!values || !types) ice("out of memory");
-        AsmText constraints = {0};
+        Text constraints = {0};
         for (int i = 0; i < range->count; i++) {
             values[i] = LLVMBuildLoad2(cg->builder, f32,
                                        local_element(cg, range->acc, range->offset + i), "");
             types[i] = f32;
-            asm_add(&constraints, "%s=f", i ? "," : "");
+            text_add(&constraints, "%s=f", i ? "," : "");
         }
-        for (int i = 0; i < range->count; i++) asm_add(&constraints, ",%d", i);
+        for (int i = 0; i < range->count; i++) text_add(&constraints, ",%d", i);
         LLVMValueRef result = call_asm(cg, "", constraints.data, values, types,
                                        range->count, range->count);
         for (int i = 0; i < range->count; i++)
@@ -639,13 +614,13 @@ static void fence_elements(Codegen *cg, const FencedElement *items, int count) {
     LLVMValueRef *values = malloc(sizeof *values * (size_t)count);
     LLVMTypeRef *types = malloc(sizeof *types * (size_t)count);
     if (!values || !types) ice("out of memory");
-    AsmText constraints = {0};
+    Text constraints = {0};
     for (int i = 0; i < count; i++) {
         values[i] = LLVMBuildLoad2(cg->builder, type, local_element(cg, b, items[i].index), "");
         types[i] = type;
-        asm_add(&constraints, "%s=%s", i ? "," : "", letter);
+        text_add(&constraints, "%s=%s", i ? "," : "", letter);
     }
-    for (int i = 0; i < count; i++) asm_add(&constraints, ",%d", i);
+    for (int i = 0; i < count; i++) text_add(&constraints, ",%d", i);
     LLVMValueRef result =
         call_asm_typed(cg, "", constraints.data, values, types, count, count, type);
     for (int i = 0; i < count; i++)

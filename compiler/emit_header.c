@@ -41,32 +41,6 @@
 
 /* ---- text helpers ------------------------------------------------------ */
 
-typedef struct Text {
-    char *data;
-    size_t length, capacity;
-} Text;
-
-static void text_add(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(Text *t, const char *fmt, ...) {
-    va_list ap;
-    for (;;) {
-        size_t room = t->capacity - t->length;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->data ? t->data + t->length : NULL, t->data ? room : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) ice("vsnprintf failed");
-        if (t->data && (size_t)n < room) {
-            t->length += (size_t)n;
-            return;
-        }
-        t->capacity = (t->capacity + (size_t)n + 1) * 2;
-        t->data = realloc(t->data, t->capacity);
-        if (!t->data) ice("out of memory");
-    }
-}
-
-static const char *text_get(Text *t) { return t->data ? t->data : ""; }
-
 /* A C identifier for an IR name (".1" suffixes become "_1"). */
 static void put_identifier(FILE *out, const char *prefix, const char *name) {
     fputs(prefix, out);

@@ -47,6 +47,16 @@ char *arena_strdup(Arena *arena, const char *s);
 char *arena_printf(Arena *arena, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Growable malloc'd text (the launcher header, inline-asm strings):
+ * text_add appends printf-style; data is NUL-terminated once anything was
+ * added (text_get returns "" before that); the owner frees data. */
+typedef struct Text {
+    char *data;
+    size_t length, capacity;
+} Text;
+void text_add(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *text_get(const Text *t);
+
 /* Growable pointer array living in an arena (old storage is abandoned). */
 typedef struct {
     void **items;
