@@ -62,6 +62,14 @@ static const gemm_params FP8_MOE_WIDE = {TK_E4M3, 4096, 7168, 2048, TK__GEMM_WID
 static const gemm_params BF16_8K_BAND16 = {TK_BF16, 8192, 8192, 8192, TK__GEMM_PERSISTENT_BAND16};
 static const gemm_params BF16_MOE_BAND16 = {TK_BF16, 4096, 7168, 2048,
                                             TK__GEMM_PERSISTENT_BAND16};
+/* The fp8 cluster instances: two blocks per cluster share one operand
+ * tile through TMA multicast (docs/hopper.md 11). */
+static const gemm_params FP8_8K_CLUSTER2 = {TK_E4M3, 8192, 8192, 8192, TK__GEMM_CLUSTER2};
+static const gemm_params FP8_MOE_CLUSTER2 = {TK_E4M3, 4096, 7168, 2048, TK__GEMM_CLUSTER2};
+static const gemm_params FP8_8K_WIDE_CLUSTER2 = {TK_E4M3, 8192, 8192, 8192,
+                                                 TK__GEMM_WIDE_CLUSTER2};
+static const gemm_params FP8_MOE_WIDE_CLUSTER2 = {TK_E4M3, 4096, 7168, 2048,
+                                                  TK__GEMM_WIDE_CLUSTER2};
 
 static void teardown(const tkb_context *ctx, void *opaque) {
     gemm_state *s = opaque;
@@ -331,6 +339,14 @@ static const tkb_case CASES[] = {
      teardown, &BF16_8K_BAND16},
     {"gemm_bf16_persistent", "4096x7168x2048", "bf16 bands of 16", setup, launch, verify,
      teardown, &BF16_MOE_BAND16},
+    {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 128x128 cluster 2, B multicast", setup,
+     launch, verify, teardown, &FP8_8K_CLUSTER2},
+    {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 128x128 cluster 2, B multicast", setup,
+     launch, verify, teardown, &FP8_MOE_CLUSTER2},
+    {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 256x128 cluster 2, A multicast", setup,
+     launch, verify, teardown, &FP8_8K_WIDE_CLUSTER2},
+    {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 256x128 cluster 2, A multicast", setup,
+     launch, verify, teardown, &FP8_MOE_WIDE_CLUSTER2},
 };
 TKB_REGISTER(CASES)
 
@@ -345,5 +361,9 @@ static const tkb_compute COMPUTE[] = {
     {&CASES[7], FLOPS(4096, 7168, 2048), ceiling},
     {&CASES[8], FLOPS(8192, 8192, 8192), ceiling},
     {&CASES[9], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[10], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[11], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[12], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[13], FLOPS(4096, 7168, 2048), ceiling},
 };
 TKB_REGISTER_COMPUTE(COMPUTE)

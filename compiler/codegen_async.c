@@ -11,11 +11,15 @@
  *             space cta) on the addrspace(3) address of the element; a
  *             wait is a loop around try.wait.parity, which itself blocks
  *             for a hardware time limit, so the loop rarely turns.
+ *             arrive_cluster: bar.warp.sync, then lane r < C arrives on
+ *             CTA r's barrier through mapa (inline asm; docs/hopper.md 11).
  *   tma       cp.async.bulk.tensor.{g2s,s2g}.tile.<rank>d with the
  *             tensor map parameter and the coordinates innermost first
  *             (the IR keeps them outermost first, like the box).  The
  *             shared side is the linear (unswizzled) address of the box
- *             origin: TMA swizzles by address bits itself.
+ *             origin: TMA swizzles by address bits itself.  A
+ *             multicast load offsets coordinate and address by its
+ *             slice (%cluster_ctarank) and sets the CTA mask.
  *   wgmma     one asm statement with n/2 "+f" accumulators taken from the
  *             LOCAL array at constant indices, so SROA turns the array
  *             into registers; operands are shared-memory descriptors
@@ -30,7 +34,8 @@
  *             through such an asm too, so that LLVM cannot sink their
  *             computation below the wait, out of the window in which the
  *             tensor cores run.
- *   fence     one intrinsic each.
+ *   fence     one intrinsic each; cluster_sync is barrier.cluster
+ *             arrive.release + wait.acquire in inline asm.
  *
  * Requires thread-level IR with shared memory planned; wgmma operands in
  * the 128-byte swizzled layout (SHARED_ASYNC_SWIZZLE128: rows of exactly
@@ -80,6 +85,53 @@ static LLVMValueRef barrier_address(Codegen *cg, const Region *bar, Loc loc) {
 
 /* ---- mbarrier ---------------------------------------------------------- */
 
+/* Calls an asm statement with side effects that returns nothing. */
+static void call_asm_void(Codegen *cg, const char *text, const char *constraints,
+                          LLVMValueRef *inputs, LLVMTypeRef *types, int ninputs) {
+    LLVMTypeRef fn = LLVMFunctionType(LLVMVoidTypeInContext(cg->context), types,
+                                      (unsigned)ninputs, 0);
+    LLVMValueRef code = LLVMGetInlineAsm(fn, (char *)text, strlen(text), (char *)constraints,
+                                         strlen(constraints), 1, 0, LLVMInlineAsmDialectATT, 0);
+    LLVMBuildCall2(cg->builder, fn, code, inputs, (unsigned)ninputs, "");
+}
+
+/* The CTAs of the kernel's cluster. */
+static int cluster_ctas(const Kernel *k) {
+    return k->cluster[0] * k->cluster[1] * k->cluster[2];
+}
+
+/* arrive_cluster: the warp's lanes synchronise (so every lane's reads of
+ * the slot are ordered before the release), then lane r arrives on the
+ * barrier at the same offset in CTA rank r of the cluster (mapa).  The
+ * arrive keeps its default .release.cta semantics, as CUTLASS's
+ * ClusterBarrier does: what it orders is this CTA's own reads of its
+ * slot before the peer's TMA overwrites it, and an explicit
+ * .release.cluster costs a MEMBAR.ALL.GPU per release in SASS. */
+static void emit_arrive_cluster(Codegen *cg, LLVMValueRef bar, Loc loc) {
+    int ctas = cluster_ctas(cg->kernel);
+    if (ctas < 2 || ctas > IR_WARP_SIZE) {
+        cg_error(cg, loc, "mbarrier arrive_cluster needs a cluster of 2 to 32 CTAs, not %d",
+                 ctas);
+        return;
+    }
+    LLVMValueRef mask = cg_i32(cg, -1);
+    cg_call_intrinsic(cg, "llvm.nvvm.bar.warp.sync", NULL, 0, &mask, 1);
+    LLVMValueRef address = LLVMBuildTrunc(
+        cg->builder, LLVMBuildPtrToInt(cg->builder, bar, i64_type(cg), ""), i32_type(cg), "");
+    LLVMValueRef lane = cg_call_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.laneid", NULL, 0,
+                                          NULL, 0);
+    char text[320];
+    snprintf(text, sizeof text,
+             "{\n\t.reg .pred arrive;\n\t.reg .b32 remote;\n\t"
+             "setp.lt.u32 arrive, $1, %d;\n\t"
+             "@arrive mapa.shared::cluster.u32 remote, $0, $1;\n\t"
+             "@arrive mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}",
+             ctas);
+    LLVMValueRef inputs[2] = {address, lane};
+    LLVMTypeRef types[2] = {i32_type(cg), i32_type(cg)};
+    call_asm_void(cg, text, "r,r,~{memory}", inputs, types, 2);
+}
+
 /* Spins on try_wait.parity until the phase of `parity` has completed. */
 static void emit_wait(Codegen *cg, LLVMValueRef bar, LLVMValueRef parity) {
     LLVMBasicBlockRef spin = cg_new_block(cg, "mbarrier.wait");
@@ -124,6 +176,9 @@ void cg_mbarrier(Codegen *cg, const Stmt *s) {
         /* only the parity bit means anything to try_wait.parity */
         emit_wait(cg, bar, LLVMBuildAnd(cg->builder, value, cg_i32(cg, 1), ""));
         return;
+    case MBAR_ARRIVE_CLUSTER:
+        emit_arrive_cluster(cg, bar, s->loc);
+        return;
     case MBAR_COUNT: break;
     }
     ice("bad mbarrier operation %d", (int)op);
@@ -151,7 +206,26 @@ void cg_tma(Codegen *cg, const Stmt *s) {
     }
     LLVMValueRef origin[IR_MAX_RANK];
     cg_region_start(cg, smem, origin);
-    LLVMValueRef shared = cg_shared_pointer(cg, cg_shared_offset(cg, smem->buffer, origin, false));
+    LLVMValueRef offset = cg_shared_offset(cg, smem->buffer, origin, false);
+    int multicast = s->u.tma.multicast, split = s->u.tma.multicast_dim;
+    LLVMValueRef rank = NULL;
+    if (multicast > 1) {
+        if (s->u.tma.store || split < 0 || split >= map->rank || multicast > 16 ||
+            multicast != cluster_ctas(k)) {
+            cg_error(cg, s->loc, "a multicast TMA load to %d CTAs along dim %d (a load, to "
+                     "the whole cluster of %d)", multicast, split, cluster_ctas(k));
+            return;
+        }
+        /* this CTA's slice: the dims before `split` are 1 (verifier), so
+         * slice r is bytes [r * slice, (r + 1) * slice) of the box */
+        int64_t slice = element_bytes(map->global->dtype);
+        for (int d = 0; d < map->rank; d++) slice *= map->box[d];
+        rank = cg_call_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.cluster.ctarank", NULL, 0,
+                                 NULL, 0);
+        offset = LLVMBuildAdd(cg->builder, offset,
+                              LLVMBuildMul(cg->builder, rank, cg_i32(cg, slice), ""), "");
+    }
+    LLVMValueRef shared = cg_shared_pointer(cg, offset);
 
     /* coordinates innermost first */
     LLVMValueRef coords[5];
@@ -162,6 +236,10 @@ void cg_tma(Codegen *cg, const Stmt *s) {
             return;
         }
         coords[d] = int_value(cg, c);
+        if (rank && map->rank - 1 - d == split) /* the slice's origin */
+            coords[d] = LLVMBuildAdd(
+                cg->builder, coords[d],
+                LLVMBuildMul(cg->builder, rank, cg_i32(cg, map->box[split]), ""), "");
     }
     LLVMContextRef c = cg->context;
     LLVMValueRef no = LLVMConstInt(LLVMInt1TypeInContext(c), 0, 0);
@@ -176,9 +254,11 @@ void cg_tma(Codegen *cg, const Stmt *s) {
         args[n++] = bar;
         args[n++] = cg->tensor_maps[index];
         for (int d = 0; d < map->rank; d++) args[n++] = coords[d];
-        args[n++] = LLVMConstInt(LLVMInt16TypeInContext(c), 0, 0); /* cta_mask */
+        /* multicast: the slice lands in every CTA of the cluster */
+        uint64_t mask = rank ? (1ull << multicast) - 1 : 0;
+        args[n++] = LLVMConstInt(LLVMInt16TypeInContext(c), mask, 0); /* cta_mask */
         args[n++] = i64_const(cg, 0);                               /* cache_hint */
-        args[n++] = no;                                             /* use cta_mask */
+        args[n++] = rank ? LLVMConstInt(LLVMInt1TypeInContext(c), 1, 0) : no; /* use it */
         args[n++] = no;                                             /* use cache_hint */
         args[n++] = cg_i32(cg, 0);                                  /* cta_group */
         snprintf(name, sizeof name, "llvm.nvvm.cp.async.bulk.tensor.g2s.tile.%dd", map->rank);
@@ -677,6 +757,12 @@ static void fence_local_stores(Codegen *cg) {
 void cg_fence(Codegen *cg, const Stmt *s) {
     int64_t value = s->u.fence.value;
     switch (s->u.fence.op) {
+    case FENCE_CLUSTER_SYNC:
+        /* every thread of every CTA of the cluster; not .aligned, so the
+         * threads may reach it from divergent code */
+        call_asm_void(cg, "barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;",
+                      "~{memory}", NULL, NULL, 0);
+        return;
     case FENCE_MBARRIER_INIT:
         cg_call_intrinsic(cg, "llvm.nvvm.fence.mbarrier_init.release.cluster", NULL, 0, NULL, 0);
         return;

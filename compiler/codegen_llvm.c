@@ -483,6 +483,13 @@ static LLVMValueRef declare_kernel(Codegen *cg, Kernel *k) {
         /* .reqntid (which implies .maxntid: ptxas rejects both together) */
         add_string_attribute(cg, fn, LLVMAttributeFunctionIndex, "nvvm.reqntid", threads);
     }
+    if (k->cluster[0] * k->cluster[1] * k->cluster[2] > 1) {
+        /* .explicitcluster + .reqnctapercluster: the launch must use these
+         * cluster dims (the launcher passes them to cuLaunchKernelEx) */
+        char dims[48];
+        snprintf(dims, sizeof dims, "%d,%d,%d", k->cluster[0], k->cluster[1], k->cluster[2]);
+        add_string_attribute(cg, fn, LLVMAttributeFunctionIndex, "nvvm.cluster_dim", dims);
+    }
     add_enum_attribute(cg, fn, LLVMAttributeFunctionIndex, "nounwind", 0);
     return fn;
 }

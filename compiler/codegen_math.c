@@ -10,6 +10,7 @@
  *   sigmoid  1 / (1 + expf(-x)) with an IEEE division
  *   log1p    libdevice log1pf (non-FTZ path), operation for operation
  *   sqrt     sqrt.rn.f32;  rsqrt  rsqrt.approx.f32;  exp2  ex2.approx.f32
+ *   rcp_approx  rcp.approx.ftz.f32 (MUFU.RCP)
  *   f32 -> e4m3/e5m2   cvt.rn.satfinite.{e4m3,e5m2}x2.f32, two lanes per
  *            instruction (the first operand lands in the high byte)
  *   e4m3/e5m2 -> f32   cvt.rn.f16x2.{e4m3,e5m2}x2, then an exact widening
@@ -179,6 +180,12 @@ static LLVMValueRef sqrt_rn(Codegen *cg, LLVMValueRef x) {
 
 static LLVMValueRef rsqrt_approx(Codegen *cg, LLVMValueRef x) {
     return call1(cg, "llvm.nvvm.rsqrt.approx.f", x);
+}
+
+/* MUFU.RCP: the seed that rcp.rn.f32 and div.rn.f32 refine with FMAs;
+ * kernels that prove their operand range write that refinement out. */
+static LLVMValueRef rcp_approx(Codegen *cg, LLVMValueRef x) {
+    return call1(cg, "llvm.nvvm.rcp.approx.ftz.f", x);
 }
 
 /* f32 -> f16 bits, rounding toward zero. */
@@ -419,6 +426,38 @@ static LLVMValueRef index_value(Codegen *cg, const Expr *e, LLVMValueRef v) {
     return cg_splat(cg, cg_convert(cg, v, DT_I32, e->dtype, 1, e->loc), e->lanes);
 }
 
+/* One PTX instruction on 32-bit registers (packed bf16x2 or bytes), lane
+ * by lane: `text` names the operands $0 (the result) to $nargs.  Inline
+ * asm because LLVM's <2 x bfloat> lowering depends on its version and has
+ * no byte permute; no side effects, so calls may be CSE'd. */
+static LLVMValueRef b32_asm(Codegen *cg, const Expr *e, const char *text) {
+    static const char *const constraints[4] = {"=r", "=r,r", "=r,r,r", "=r,r,r,r"};
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(cg->context);
+    int nargs = e->u.call.nargs;
+    LLVMValueRef v[3];
+    int lanes = 1;
+    for (int i = 0; i < nargs; i++) {
+        v[i] = cg_expr(cg, e->u.call.args[i]);
+        v[i] = cg_convert(cg, v[i], e->u.call.args[i]->dtype, DT_U32, lanes_of(v[i]),
+                          e->loc);
+        if (lanes_of(v[i]) > lanes) lanes = lanes_of(v[i]);
+    }
+    LLVMTypeRef types[3] = {i32, i32, i32};
+    LLVMTypeRef fn = LLVMFunctionType(i32, types, (unsigned)nargs, 0);
+    LLVMValueRef code = LLVMGetInlineAsm(fn, (char *)text, strlen(text),
+                                         (char *)constraints[nargs],
+                                         strlen(constraints[nargs]), 0, 0,
+                                         LLVMInlineAsmDialectATT, 0);
+    LLVMValueRef out[IR_MAX_LANES] = {0};
+    if (lanes > IR_MAX_LANES) ice("%d lanes", lanes);
+    for (int lane = 0; lane < lanes; lane++) {
+        LLVMValueRef operands[3];
+        for (int i = 0; i < nargs; i++) operands[i] = extract(cg, v[i], lane);
+        out[lane] = LLVMBuildCall2(cg->builder, fn, code, operands, (unsigned)nargs, "");
+    }
+    return cg_convert(cg, assemble(cg, out, lanes), DT_U32, e->dtype, lanes, e->loc);
+}
+
 LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
     LLVMBuilderRef bld = cg->builder;
     Expr **args = e->u.call.args;
@@ -437,6 +476,7 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
     case INTR_EXP: return float_function(cg, e, cg_exp);
     case INTR_EXP2: return float_function(cg, e, exp2_approx);
     case INTR_RSQRT: return float_function(cg, e, rsqrt_approx);
+    case INTR_RCP_APPROX: return float_function(cg, e, rcp_approx);
     case INTR_SQRT:
         if (e->dtype == DT_F64) {
             LLVMValueRef v = cg_expr(cg, args[0]);
@@ -499,6 +539,30 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
         LLVMValueRef count = cg_call_intrinsic(cg, "llvm.ctpop", &type, 1, &v, 1);
         return cg_convert(cg, count, args[0]->dtype, e->dtype, lanes_of(v), e->loc);
     }
+    case INTR_BF16X2_MUL: return b32_asm(cg, e, "mul.rn.bf16x2 $0, $1, $2;");
+    case INTR_BF16X2_FMA: return b32_asm(cg, e, "fma.rn.bf16x2 $0, $1, $2, $3;");
+    case INTR_BF16X2_MIN: return b32_asm(cg, e, "min.bf16x2 $0, $1, $2;");
+    case INTR_BF16X2_MAX: return b32_asm(cg, e, "max.bf16x2 $0, $1, $2;");
+    case INTR_BF16X2_MAX_XORSIGN_ABS:
+        return b32_asm(cg, e, "max.xorsign.abs.bf16x2 $0, $1, $2;");
+    case INTR_BF16X2: {
+        /* a two-lane bfloat vector read as one word: the halves of a
+         * loaded register go back together without any instruction */
+        LLVMValueRef lo = cg_expr(cg, args[0]), hi = cg_expr(cg, args[1]);
+        int lanes = lanes_of(lo) > lanes_of(hi) ? lanes_of(lo) : lanes_of(hi);
+        LLVMTypeRef pair = LLVMVectorType(LLVMBFloatTypeInContext(cg->context), 2);
+        LLVMTypeRef i32 = LLVMInt32TypeInContext(cg->context);
+        LLVMValueRef out[IR_MAX_LANES] = {0};
+        if (lanes > IR_MAX_LANES) ice("%d lanes", lanes);
+        for (int lane = 0; lane < lanes; lane++) {
+            LLVMValueRef v = LLVMGetPoison(pair);
+            v = LLVMBuildInsertElement(bld, v, extract(cg, lo, lane), cg_i32(cg, 0), "");
+            v = LLVMBuildInsertElement(bld, v, extract(cg, hi, lane), cg_i32(cg, 1), "");
+            out[lane] = LLVMBuildBitCast(bld, v, i32, "");
+        }
+        return cg_convert(cg, assemble(cg, out, lanes), DT_U32, e->dtype, lanes, e->loc);
+    }
+    case INTR_PRMT: return b32_asm(cg, e, "prmt.b32 $0, $1, $2, $3;");
     case INTR_COUNT: break;
     }
     cg_error(cg, e->loc, "%s is not supported on %s here", ir_intrinsic_name(e->u.call.op),

@@ -567,6 +567,12 @@ static void emit_definition(FILE *out, const Kernel *k) {
         fprintf(out, ": grid dimension %d is %%s\", tkl_bad ? \"not computable (division by zero "
                      "or overflow)\" : \"negative\");\n", d);
     }
+    /* a cluster launch needs whole clusters: the blocks past the grid
+     * run the kernel like the others (docs/hopper.md 11) */
+    for (int d = 0; d < 3; d++)
+        if (k->cluster[d] > 1)
+            fprintf(out, "    tkl_grid[%d] = (tkl_grid[%d] + %d) / %d * %d;\n", d, d,
+                    k->cluster[d] - 1, k->cluster[d], k->cluster[d]);
     fputs("    if (tkl_grid[0] == 0 || tkl_grid[1] == 0 || tkl_grid[2] == 0) return TK_SUCCESS;\n"
           "    if (tkl_grid[0] > INT32_MAX || tkl_grid[1] > 65535 || tkl_grid[2] > 65535)\n"
           "        return tk__fail(TK_ERROR_INVALID_ARGUMENT, \"", out);
@@ -602,6 +608,14 @@ static void emit_definition(FILE *out, const Kernel *k) {
         fprintf(out, ";\n    tkl_params[%d] = &tkl_sym%d;\n", k->nparams + s, s);
     }
     for (int i = 0; i < k->ntensor_maps; i++) emit_tensor_map(out, k, i);
+    if (k->cluster[0] * k->cluster[1] * k->cluster[2] > 1) {
+        fprintf(out, "    static const uint32_t tkl_cluster[3] = {%du, %du, %du};\n",
+                k->cluster[0], k->cluster[1], k->cluster[2]);
+        fprintf(out, "    return tk__launch_cluster(\"%s\", tkl_dims, tkl_cluster, %du, %lldu, "
+                "tkl_params, stream);\n}\n\n", k->name, k->threads,
+                (long long)k->shared_bytes);
+        return;
+    }
     fprintf(out, "    return tk__launch(\"%s\", tkl_dims, %du, %lldu, tkl_params, stream);\n}\n\n",
             k->name, k->threads, (long long)k->shared_bytes);
 }

@@ -490,8 +490,10 @@ Kernel *ir_new_kernel(Module *m, const char *name)
     k->name = arena_strdup(m->arena, name);
     k->source_name = k->name;
     k->instance = "";
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         k->grid[i] = ir_int(k, DT_I32, 1);
+        k->cluster[i] = 1;
+    }
     /* compute_threads always holds a real count (never 0 for "same as
      * threads"): whoever sets threads sets it too, and only
      * warp_specialize makes the two differ. */

@@ -202,7 +202,17 @@ typedef enum {
     X(F16_RZ_BITS, "f16_rz_bits", 1, INTR_PURE) /* f32 -> u16 bits, RZ */    \
     X(E2M1_BITS, "e2m1_bits", 1, INTR_PURE)     /* f32 -> u8 nibble, RNE */  \
     X(ISFINITE, "isfinite", 1, INTR_PURE)                                    \
-    X(POPCOUNT, "popcount", 1, INTR_PURE)
+    X(RCP_APPROX, "rcp_approx", 1, INTR_PURE)   /* rcp.approx.ftz.f32 */     \
+    X(POPCOUNT, "popcount", 1, INTR_PURE)                                    \
+    /* packed bf16x2 in a u32 (low half the first lane), as the PTX ops */  \
+    X(BF16X2_MUL, "bf16x2_mul", 2, INTR_PURE)   /* mul.rn.bf16x2 */          \
+    X(BF16X2_FMA, "bf16x2_fma", 3, INTR_PURE)   /* fma.rn.bf16x2 */          \
+    X(BF16X2_MIN, "bf16x2_min", 2, INTR_PURE)   /* min.bf16x2: NaN-dropping */ \
+    X(BF16X2_MAX, "bf16x2_max", 2, INTR_PURE)   /* max.bf16x2: NaN-dropping */ \
+    X(BF16X2_MAX_XORSIGN_ABS, "bf16x2_max_xorsign_abs", 2, INTR_PURE)        \
+    /* max(|a|, |b|) with sign(a) ^ sign(b): max.xorsign.abs.bf16x2 */      \
+    X(BF16X2, "bf16x2", 2, INTR_PURE)   /* two bf16 -> their u32 word */     \
+    X(PRMT, "prmt", 3, INTR_PURE)               /* prmt.b32 byte permute */
 
 typedef enum {
 #define X(e, name, nargs, flags) INTR_##e,
@@ -454,10 +464,14 @@ typedef enum {
 /* mbarrier operations.  X(ENUM, text, has_value).  The value is the
  * arrival count (INIT), the transaction bytes (EXPECT_TX: an arrive that
  * also expects that many bytes), or the phase parity to wait for (WAIT:
- * blocks until the phase with that parity has completed). */
+ * blocks until the phase with that parity has completed).  ARRIVE_CLUSTER
+ * is executed by whole warps: after the warp's lanes synchronise, the
+ * warp arrives once on the barrier at the same offset in every CTA of
+ * the kernel's cluster (lane r on CTA rank r, through mapa), with the
+ * arrive's default release semantics (docs/hopper.md 11). */
 #define IR_MBARRIER_OPS(X)                                                   \
     X(INIT, "init", 1) X(ARRIVE, "arrive", 0) X(EXPECT_TX, "expect_tx", 1)   \
-    X(WAIT, "wait", 1)
+    X(WAIT, "wait", 1) X(ARRIVE_CLUSTER, "arrive_cluster", 0)
 typedef enum {
 #define X(e, text, v) MBAR_##e,
     IR_MBARRIER_OPS(X)
@@ -478,7 +492,9 @@ typedef enum {
     X(TMA_STORE_COMMIT, "tma_store_commit", 0) /* cp.async.bulk.commit  */   \
     X(TMA_STORE_WAIT, "tma_store_wait", 1) /* cp.async.bulk.wait_group.read */ \
     X(SETMAXNREG_INC, "setmaxnreg_inc", 1)                                   \
-    X(SETMAXNREG_DEC, "setmaxnreg_dec", 1)
+    X(SETMAXNREG_DEC, "setmaxnreg_dec", 1)                                   \
+    X(CLUSTER_SYNC, "cluster_sync", 0) /* barrier.cluster.arrive.release +  \
+                                          barrier.cluster.wait.acquire */
 typedef enum {
 #define X(e, text, v) FENCE_##e,
     IR_FENCE_OPS(X)
@@ -557,6 +573,14 @@ struct Stmt {
                } barrier;
         struct { Region src, dst;
                  Hint tma;        /* the user's copy(..., tma = ...) hint */
+                 Hint multicast_hint; /* copy(..., multicast = ...) */
+                 int multicast;   /* lower_tma: > 1 = a TMA load whose box
+                                     is the same in every CTA of the
+                                     cluster (that many CTAs): each CTA
+                                     loads slice `rank` of it along
+                                     multicast_dim and multicasts it to
+                                     all; 0 = a plain (local) copy */
+                 int multicast_dim; /* the global dim the box is split on */
                  int tensor_map;  /* lower_tma: index in Kernel.tensor_maps
                                      when this copy is a TMA copy, else -1 */
                  Region barrier;  /* TMA loads: the mbarrier element they
@@ -591,7 +615,14 @@ struct Stmt {
          * tensor map).  Loads complete on `bar` (transaction bytes counted
          * by an EXPECT_TX on it); stores are bulk-group tracked. */
         struct { bool store; Region smem; int tensor_map;
-                 Expr *coords[IR_MAX_RANK]; Region bar; } tma;
+                 Expr *coords[IR_MAX_RANK]; Region bar;
+                 int multicast;     /* > 1: loads slice %cluster_ctarank of
+                                       the box (smem, coords) along global
+                                       dim multicast_dim into every CTA of
+                                       the cluster, completing on `bar` in
+                                       each; the tensor map's box is the
+                                       slice.  0 = a local copy */
+                 int multicast_dim; } tma;
         /* One wgmma.mma_async m64nNkK for one warpgroup.  a: shared
          * region origin of the 64 x K A slice (or, when a.buffer is LOCAL,
          * a.start[0] is the first of the K/2*... A registers; see
@@ -671,6 +702,10 @@ typedef struct Kernel {
                                 warpgroup after them */
     int min_blocks;          /* > 0: .maxntid threads + .minnctapersm
                                 min_blocks (needed for setmaxnreg) */
+    int cluster[3];          /* launch ... with(cluster = C): CTAs per
+                                cluster along x, y, z (each >= 1; 1, 1, 1
+                                = no cluster).  The launcher rounds the
+                                grid up to a multiple (docs/hopper.md 11) */
     int nvars;               /* next Var.id */
     PtrVec vars;             /* every Var, indexed by Var.id (ir_new_var) */
     PtrVec buffers;          /* every Buffer, in creation order */

@@ -273,7 +273,7 @@ static void parse_state(Parser *p, Kernel *k)
  *      | param | 'constraint' STRING expr | 'grid' expr ',' expr ',' expr
  *      | 'block' vardecl '=' (x|y|z) {',' ...}
  *      | 'compute_threads' int | 'min_blocks' int | 'hint_tma' hint
- *      | 'hint_warp_specialize' hint | tensormap
+ *      | 'hint_warp_specialize' hint | 'cluster' int int int | tensormap
  * compute_threads defaults to threads (ir_print leaves it out then). */
 static void parse_kernel(Parser *p)
 {
@@ -307,6 +307,10 @@ static void parse_kernel(Parser *p)
             compute_threads_given = true;
         } else if (accept_word(p, "min_blocks")) {
             k->min_blocks = (int)ir_lex_expect_int(p, "min_blocks", INT32_MIN, INT32_MAX);
+        } else if (accept_word(p, "cluster")) {
+            for (int i = 0; i < 3; i++)
+                k->cluster[i] = (int)ir_lex_expect_int(p, "cluster dimension", INT32_MIN,
+                                                       INT32_MAX);
         } else if (accept_word(p, "hint_tma")) {
             k->hint_tma = ir_parse_hint(p);
         } else if (accept_word(p, "hint_warp_specialize")) {

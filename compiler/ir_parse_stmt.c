@@ -186,13 +186,27 @@ static void parse_atomic(Parser *p, Stmt *s)
 
 /* ---- Hopper statements (docs/hopper.md section 7) ------------------------------------------- */
 
-/* copy clauses = ['tma' hint] ['map' int] ['barrier' region] */
+/* ['multicast' int 'dim' int] of a copy or tma statement. */
+static void parse_multicast(Parser *p, int *ctas, int *dim)
+{
+    if (!accept_word(p, "multicast"))
+        return;
+    *ctas = (int)ir_lex_expect_int(p, "multicast CTA count", INT32_MIN, INT32_MAX);
+    ir_lex_expect_word(p, "dim");
+    *dim = (int)ir_lex_expect_int(p, "multicast dimension", INT32_MIN, INT32_MAX);
+}
+
+/* copy clauses = ['tma' hint] ['multicast_hint' hint] ['map' int]
+ *                ['multicast' int 'dim' int] ['barrier' region] */
 static void parse_copy_clauses(Parser *p, Stmt *s)
 {
     if (accept_word(p, "tma"))
         s->u.copy.tma = ir_parse_hint(p);
+    if (accept_word(p, "multicast_hint"))
+        s->u.copy.multicast_hint = ir_parse_hint(p);
     if (accept_word(p, "map"))
         s->u.copy.tensor_map = (int)ir_lex_expect_int(p, "tensor map", INT32_MIN, INT32_MAX);
+    parse_multicast(p, &s->u.copy.multicast, &s->u.copy.multicast_dim);
     if (accept_word(p, "barrier"))
         s->u.copy.barrier = ir_parse_region(p);
 }
@@ -253,7 +267,7 @@ static void parse_mbarrier(Parser *p, Stmt *s)
 }
 
 /* 'tma' ('load' | 'store') region 'map' int '[' expr {',' expr} ']'
- *       ['barrier' region]
+ *       ['multicast' int 'dim' int] ['barrier' region]
  * One coordinate per dimension of the tensor map (declared in the kernel
  * header, so known here). */
 static void parse_tma(Parser *p, Stmt *s)
@@ -284,6 +298,7 @@ static void parse_tma(Parser *p, Stmt *s)
     if (count != rank)
         ir_lex_error(p, open->loc, "tensor map %d has rank %d but %d coordinates are given",
                      index, rank, count);
+    parse_multicast(p, &s->u.tma.multicast, &s->u.tma.multicast_dim);
     if (accept_word(p, "barrier"))
         s->u.tma.bar = ir_parse_region(p);
 }

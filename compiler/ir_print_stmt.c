@@ -79,13 +79,18 @@ static const char *hint_text(Hint hint)
     return (unsigned)hint <= HINT_ON ? ir_hint_name(hint) : "<bad>";
 }
 
-/* ` [tma H] [map N] [barrier @bar[i]]` of a COPY. */
+/* ` [tma H] [multicast_hint H] [map N] [multicast C dim D]
+ * [barrier @bar[i]]` of a COPY. */
 static void print_copy_clauses(FILE *out, const Stmt *s)
 {
     if (s->u.copy.tma != HINT_AUTO)
         fprintf(out, " tma %s", hint_text(s->u.copy.tma));
+    if (s->u.copy.multicast_hint != HINT_AUTO)
+        fprintf(out, " multicast_hint %s", hint_text(s->u.copy.multicast_hint));
     if (s->u.copy.tensor_map != -1)
         fprintf(out, " map %d", s->u.copy.tensor_map);
+    if (s->u.copy.multicast)
+        fprintf(out, " multicast %d dim %d", s->u.copy.multicast, s->u.copy.multicast_dim);
     if (s->u.copy.barrier.buffer) {
         fputs(" barrier ", out);
         ir_print_region(out, &s->u.copy.barrier);
@@ -150,6 +155,8 @@ static void print_async_stmt(const Printer *p, const Stmt *s)
             ir_print_expr_in(out, s->u.tma.coords[i], DT_VOID);
         }
         fputc(']', out);
+        if (s->u.tma.multicast)
+            fprintf(out, " multicast %d dim %d", s->u.tma.multicast, s->u.tma.multicast_dim);
         if (s->u.tma.bar.buffer) {
             fputs(" barrier ", out);
             ir_print_region(out, &s->u.tma.bar);
@@ -399,6 +406,8 @@ void ir_print_kernel(FILE *out, const Kernel *k)
         fprintf(out, "  compute_threads %d\n", k->compute_threads);
     if (k->min_blocks)
         fprintf(out, "  min_blocks %d\n", k->min_blocks);
+    if (k->cluster[0] != 1 || k->cluster[1] != 1 || k->cluster[2] != 1)
+        fprintf(out, "  cluster %d %d %d\n", k->cluster[0], k->cluster[1], k->cluster[2]);
     if (k->hint_tma != HINT_AUTO)
         fprintf(out, "  hint_tma %s\n", hint_text(k->hint_tma));
     if (k->hint_warp_specialize != HINT_AUTO)

@@ -117,6 +117,19 @@ static void check_gemm(Verifier *v, const Stmt *s, Loc loc)
                       (long long)m, (long long)ka, (long long)kb, (long long)n);
 }
 
+/* The CTAs of the kernel's cluster (1 without one; -1 when a dimension
+ * is out of 1..8, which verify_kernel_hopper reports). */
+static int cluster_size(const Kernel *k)
+{
+    int size = 1;
+    for (int d = 0; d < 3; d++) {
+        if (k->cluster[d] < 1 || k->cluster[d] > 8)
+            return -1;
+        size *= k->cluster[d];
+    }
+    return size;
+}
+
 static void check_mbarrier(Verifier *v, const Stmt *s, Loc loc)
 {
     MbarrierOp op = s->u.mbarrier.op;
@@ -125,6 +138,8 @@ static void check_mbarrier(Verifier *v, const Stmt *s, Loc loc)
         return;
     }
     check_mbarrier_element(v, &s->u.mbarrier.bar, "mbarrier", loc);
+    if (op == MBAR_ARRIVE_CLUSTER && cluster_size(v->k) < 2)
+        verify_report(v, loc, "mbarrier arrive_cluster in a kernel without a cluster");
     const Expr *value = s->u.mbarrier.value;
     if (!ir_mbarrier_op_has_value(op)) {
         if (value)
@@ -139,6 +154,32 @@ static void check_mbarrier(Verifier *v, const Stmt *s, Loc loc)
     if (value->kind == EXPR_INT && op != MBAR_WAIT && value->u.int_value < 1)
         verify_report(v, loc, "mbarrier %s of %lld", ir_mbarrier_op_name(op),
                       (long long)value->u.int_value);
+}
+
+/* A multicast TMA load (copy or tma): the box is shared by every CTA of
+ * the cluster and split into that many slices along global dim `dim`, so
+ * the tensor map's box is one slice: the dims before `dim` are 1 (each
+ * slice is one contiguous run of shared memory). */
+static void check_multicast(Verifier *v, int ctas, int dim, const TensorMap *map, bool store,
+                            Loc loc)
+{
+    if (ctas == 0)
+        return;
+    if (ctas < 2 || ctas != cluster_size(v->k))
+        verify_report(v, loc, "multicast to %d CTAs in a cluster of %d (all of it, at least 2)",
+                      ctas, cluster_size(v->k));
+    if (store)
+        verify_report(v, loc, "a TMA store cannot multicast");
+    if (!map)
+        return;
+    if (dim < 0 || dim >= map->rank) {
+        verify_report(v, loc, "multicast dim %d of a rank-%d tensor map", dim, map->rank);
+        return;
+    }
+    for (int d = 0; d < dim; d++)
+        if (map->box[d] != 1)
+            verify_report(v, loc, "multicast along dim %d, but the box is %lld wide on dim %d",
+                          dim, (long long)map->box[d], d);
 }
 
 /* A tensor map index of this kernel, or report. */
@@ -168,9 +209,13 @@ static void check_tma(Verifier *v, const Stmt *s, Loc loc)
     }
     int64_t shape[IR_MAX_RANK];
     int n = region_shape(&s->u.tma.smem, shape);
-    if (map && s->u.tma.smem.buffer && product(shape, n) != product(map->box, rank))
-        verify_report(v, loc, "tma: shared region of %lld elements, the box %lld",
-                      (long long)product(shape, n), (long long)product(map->box, rank));
+    /* a multicast box is the tensor map's box (one slice) times the CTAs */
+    int64_t slices = s->u.tma.multicast > 1 ? s->u.tma.multicast : 1;
+    if (map && s->u.tma.smem.buffer && product(shape, n) != product(map->box, rank) * slices)
+        verify_report(v, loc, "tma: shared region of %lld elements, the box %lld x %lld",
+                      (long long)product(shape, n), (long long)product(map->box, rank),
+                      (long long)slices);
+    check_multicast(v, s->u.tma.multicast, s->u.tma.multicast_dim, map, s->u.tma.store, loc);
     if (s->u.tma.bar.buffer)
         check_mbarrier_element(v, &s->u.tma.bar, "tma barrier", loc);
     else if (!s->u.tma.store)
@@ -254,6 +299,8 @@ static void check_fence(Verifier *v, const Stmt *s, Loc loc)
     } else if (value != 0) {
         verify_report(v, loc, "fence %s takes no value (has %lld)", name, (long long)value);
     }
+    if (op == FENCE_CLUSTER_SYNC && cluster_size(v->k) < 2)
+        verify_report(v, loc, "fence cluster_sync in a kernel without a cluster");
 }
 
 void verify_hopper_stmt(Verifier *v, const Stmt *s)
@@ -276,6 +323,10 @@ void verify_copy_clauses(Verifier *v, const Stmt *copy)
     Loc loc = v->stmt_loc;
     if ((unsigned)copy->u.copy.tma > HINT_ON)
         verify_report(v, loc, "copy: bad tma hint %d", (int)copy->u.copy.tma);
+    if ((unsigned)copy->u.copy.multicast_hint > HINT_ON)
+        verify_report(v, loc, "copy: bad multicast hint %d", (int)copy->u.copy.multicast_hint);
+    if (copy->u.copy.multicast && copy->u.copy.tensor_map == -1)
+        verify_report(v, loc, "copy: multicast without a tensor map");
     if (copy->u.copy.barrier.buffer)
         check_mbarrier_element(v, &copy->u.copy.barrier, "copy barrier", loc);
     if (copy->u.copy.tensor_map == -1)
@@ -290,6 +341,8 @@ void verify_copy_clauses(Verifier *v, const Stmt *copy)
                       copy->u.copy.tensor_map, buffer_name(map->global));
     else
         check_scope(v, shared, SCOPE_SHARED, "TMA copy's other side", loc);
+    check_multicast(v, copy->u.copy.multicast, copy->u.copy.multicast_dim, map,
+                    map->global == dst, loc);
 }
 
 void verify_pipelined_loop(Verifier *v, const Stmt *loop)
@@ -395,6 +448,12 @@ void verify_kernel_hopper(Verifier *v)
                       k->compute_threads, k->threads);
     if (k->min_blocks < 0)
         verify_report(v, loc, "min_blocks %d", k->min_blocks);
+    /* the portable cluster size limit is 8 CTAs */
+    for (int d = 0; d < 3; d++)
+        if (k->cluster[d] < 1 || k->cluster[d] > 8)
+            verify_report(v, loc, "cluster dimension %d is %d (1..8)", d, k->cluster[d]);
+    if (cluster_size(k) > 8)
+        verify_report(v, loc, "a cluster of %d CTAs (at most 8)", cluster_size(k));
     if ((unsigned)k->hint_tma > HINT_ON || (unsigned)k->hint_warp_specialize > HINT_ON)
         verify_report(v, loc, "bad hints (tma %d, warp_specialize %d)", (int)k->hint_tma,
                       (int)k->hint_warp_specialize);

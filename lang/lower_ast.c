@@ -455,9 +455,11 @@ static void lower_copy(Lower *lower, Stmt *seq, const AstNode *node) {
     int src_rank = 0, dst_rank = 0;
     bool ok = lower_region(lower, node->a, &src, src_shape, &src_rank);
     if (!lower_region(lower, node->b, &dst, dst_shape, &dst_rank)) ok = false;
-    Hint tma = HINT_AUTO;
+    Hint tma = HINT_AUTO, multicast = HINT_AUTO;
     const AstNode *hint = lower_option(node->list, "tma");
     if (hint && !lower_hint(lower, hint, &tma)) ok = false;
+    const AstNode *multicast_hint = lower_option(node->list, "multicast");
+    if (multicast_hint && !lower_hint(lower, multicast_hint, &multicast)) ok = false;
     if (!ok) return;
     if (!per_thread_region(lower, &src, node->a->loc, "copy") ||
         !per_thread_region(lower, &dst, node->b->loc, "copy"))
@@ -475,6 +477,7 @@ static void lower_copy(Lower *lower, Stmt *seq, const AstNode *node) {
     s->u.copy.src = src;
     s->u.copy.dst = dst;
     s->u.copy.tma = tma;
+    s->u.copy.multicast_hint = multicast;
     s->u.copy.tensor_map = -1;
     ir_seq_append(lower->kernel, seq, s);
 }

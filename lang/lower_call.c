@@ -114,6 +114,21 @@ static Expr *f32_arg(Lower *lower, const AstNode *call, int i) {
 
 static Value inline_fn(Lower *lower, Decl *fn, const AstNode *call);
 
+/* A u32 argument of a 32-bit register builtin (bf16x2_*, prmt): packed
+ * bits, so no float converts implicitly (literals adapt). */
+static Expr *u32_arg(Lower *lower, const AstNode *call, int i) {
+    const AstNode *node = ast_at(call->list, i);
+    Value v = lower_adapt(lower, lower_promote(lower, lower_expr(lower, node)), DT_U32,
+                          node->loc);
+    if (!v.expr) return NULL;
+    if (v.expr->dtype != DT_U32) {
+        lower_error(lower, node->loc, "'%s' needs a u32 argument, got %s",
+                    call->name, ir_dtype_name(v.expr->dtype));
+        return NULL;
+    }
+    return v.expr;
+}
+
 static Value builtin_call(Lower *lower, const AstNode *node, bool *found) {
     static const struct { const char *name; Intrinsic op; int nargs; DType result; }
     math[] = {
@@ -122,12 +137,31 @@ static Value builtin_call(Lower *lower, const AstNode *node, bool *found) {
         {"sigmoid", INTR_SIGMOID, 1, DT_F32}, {"fma", INTR_FMA, 3, DT_F32},
         {"isfinite", INTR_ISFINITE, 1, DT_BOOL},
         {"log1p", INTR_LOG1P, 1, DT_F32},
+        {"rcp_approx", INTR_RCP_APPROX, 1, DT_F32},
         {"f16_rz_bits", INTR_F16_RZ_BITS, 1, DT_U16},
         {"e2m1_bits", INTR_E2M1_BITS, 1, DT_U8},
+    };
+    static const struct { const char *name; Intrinsic op; int nargs; }
+    b32[] = {
+        {"bf16x2_mul", INTR_BF16X2_MUL, 2}, {"bf16x2_fma", INTR_BF16X2_FMA, 3},
+        {"bf16x2_min", INTR_BF16X2_MIN, 2}, {"bf16x2_max", INTR_BF16X2_MAX, 2},
+        {"bf16x2_max_xorsign_abs", INTR_BF16X2_MAX_XORSIGN_ABS, 2},
+        {"prmt", INTR_PRMT, 3},
     };
     const char *name = node->name;
     Kernel *k = lower->kernel;
     *found = true;
+    for (size_t i = 0; i < sizeof b32 / sizeof b32[0]; i++) {
+        if (strcmp(b32[i].name, name) != 0) continue;
+        if (!arg_count(lower, node, b32[i].nargs)) return NONE;
+        Expr *args[3];
+        bool ok = true;
+        for (int j = 0; j < b32[i].nargs; j++)
+            if (!(args[j] = u32_arg(lower, node, j))) ok = false;
+        if (!ok) return NONE;
+        return typed(lower_at(ir_call(k, b32[i].op, DT_U32, args, b32[i].nargs),
+                              node->loc));
+    }
     for (size_t i = 0; i < sizeof math / sizeof math[0]; i++) {
         if (strcmp(math[i].name, name) != 0) continue;
         if (!arg_count(lower, node, math[i].nargs)) return NONE;
@@ -138,6 +172,23 @@ static Value builtin_call(Lower *lower, const AstNode *node, bool *found) {
         if (!ok) return NONE;
         return typed(lower_at(ir_call(k, math[i].op, math[i].result, args,
                                       math[i].nargs), node->loc));
+    }
+    if (strcmp(name, "bf16x2") == 0) {
+        /* two bf16 values (storage reads, not widened) -> their word */
+        if (!arg_count(lower, node, 2)) return NONE;
+        Expr *args[2];
+        for (int j = 0; j < 2; j++) {
+            const AstNode *arg = ast_at(node->list, j);
+            Value v = lower_materialize(lower, lower_expr(lower, arg), arg->loc);
+            if (!v.expr) return NONE;
+            if (v.expr->dtype != DT_BF16) {
+                lower_error(lower, arg->loc, "'bf16x2' needs bf16 arguments, got %s",
+                            ir_dtype_name(v.expr->dtype));
+                return NONE;
+            }
+            args[j] = v.expr;
+        }
+        return typed(lower_at(ir_call(k, INTR_BF16X2, DT_U32, args, 2), node->loc));
     }
     if (strcmp(name, "abs") == 0) {
         if (!arg_count(lower, node, 1)) return NONE;

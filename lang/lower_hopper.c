@@ -1,8 +1,8 @@
 /*
  * lower_hopper.c -- the statements and options of the Hopper path
  * (docs/hopper.md section 1): gemm (and gemm_wait), the stages of a
- * pipelined loop, and the tma / warp_specialize hints of a launch or a
- * copy.
+ * pipelined loop, the tma / warp_specialize / cluster hints of a launch
+ * and the tma / multicast hints of a copy.
  *
  * sema.c has already checked what is syntax (which options a statement
  * takes, each once; gemm and pipelined only at block level); here the
@@ -58,6 +58,9 @@ bool lower_hint(Lower *lower, const AstNode *option, Hint *out) {
     return true;
 }
 
+/* The most CTAs a cluster may have (the portable limit of sm_90). */
+#define LOWER_MAX_CLUSTER 8
+
 void lower_launch_hints(Lower *lower, const AstNode *hints) {
     Kernel *k = lower->kernel;
     k->hint_tma = HINT_AUTO;
@@ -65,8 +68,19 @@ void lower_launch_hints(Lower *lower, const AstNode *hints) {
     if (!hints) return;
     const AstNode *tma = lower_option(hints->list, "tma");
     const AstNode *ws = lower_option(hints->list, "warp_specialize");
+    const AstNode *cluster = lower_option(hints->list, "cluster");
     if (tma) lower_hint(lower, tma, &k->hint_tma);
     if (ws) lower_hint(lower, ws, &k->hint_warp_specialize);
+    int64_t ctas;
+    if (cluster && lower_const_int(lower, cluster->a, "the cluster size", &ctas)) {
+        /* consecutive blocks along the grid's first dimension form a
+         * cluster (docs/hopper.md 11) */
+        if (ctas < 1 || ctas > LOWER_MAX_CLUSTER)
+            lower_error(lower, cluster->a->loc, "a cluster has 1 to %d blocks, got %lld",
+                        LOWER_MAX_CLUSTER, (long long)ctas);
+        else
+            k->cluster[0] = (int)ctas;
+    }
 }
 
 bool lower_pipelined(Lower *lower, const AstNode *node, Stmt *loop) {

@@ -259,7 +259,7 @@ static bool check_gemm(Program *program, const AstNode *node,
 /* Walks a statement and what it contains. */
 static bool check_stmts(Program *program, const AstNode *node,
                         int parallel_depth, int pipelined_depth) {
-    static const char *const copy_options[] = {"tma", NULL};
+    static const char *const copy_options[] = {"tma", "multicast", NULL};
     if (!node) return true;
     bool ok = true;
     switch (node->kind) {
@@ -302,7 +302,7 @@ static bool check_stmts(Program *program, const AstNode *node,
 
 /* The launch's `with` hints and its body's statements. */
 static bool check_launch(Program *program, const AstNode *launch) {
-    static const char *const hints[] = {"tma", "warp_specialize", NULL};
+    static const char *const hints[] = {"tma", "warp_specialize", "cluster", NULL};
     bool ok = true;
     const AstNode *with = launch->c;
     if (with && strcmp(with->name, "with") != 0) {

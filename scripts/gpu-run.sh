@@ -28,6 +28,10 @@ all | test | bench | sass) ;;
 esac
 
 package=.gpu
+# the package carries its binaries gzipped (gpu-package.sh)
+if [[ ! -d $package/bin && -f $package/bin.tar.gz ]]; then
+    tar -C "$package" -xzf "$package/bin.tar.gz"
+fi
 if [[ ! -d $package/bin ]]; then
     echo "gpu-run: no $package/bin here: run scripts/gpu-package.sh on the build machine" \
         "and carry .gpu" >&2

@@ -10,7 +10,9 @@
  * setmaxnreg.  The kernel goes through codegen_module and then ptxas
  * (whole program, as tkc does), and the PTX is checked for the
  * instructions, the tensor-map parameters, .maxntid/.minnctapersm and
- * the absence of local memory (ptxas -v: no stack frame, no spills).
+ * the absence of local memory (ptxas -v: no stack frame, no spills); and
+ * the cluster form (.reqnctapercluster, a multicast load, the release to
+ * every CTA through mapa, cluster barriers).
  * Operands that a pass must never produce are diagnostics, not crashes.
  */
 #include <criterion/criterion.h>
@@ -161,6 +163,10 @@ typedef struct HopperOptions {
     bool a_in_registers; /* A from a LOCAL array */
     const char *arch;    /* NULL: sm_90a */
     bool no_wgmma;       /* leave the wgmma statements out */
+    bool cluster;        /* a cluster of 2: B's box multicasts (each CTA
+                            loads 32 of its 64 rows), the consumers
+                            release with arrive_cluster, cluster barriers
+                            after the init and at the end */
 } HopperOptions;
 
 /* One 64 x 64 output tile, K = 64 (bf16) / 128 (e4m3) in one TMA stage:
@@ -196,8 +202,10 @@ static Module *hopper_module(Arena *arena, HopperOptions o) {
     a->read_only = b->read_only = true;
     k->tensor_maps = arena_alloc(arena, 3 * sizeof(TensorMap));
     add_map(k, a, 64, kt, 128);
-    if (o.transpose_b) add_map(k, b, 64, kt, 128);
-    else add_map(k, b, kt, 64, 128);
+    /* a multicast map's box is one CTA's slice */
+    if (o.transpose_b) add_map(k, b, o.cluster ? 32 : 64, kt, 128);
+    else add_map(k, b, o.cluster ? kt / 2 : kt, 64, 128);
+    if (o.cluster) k->cluster[0] = 2;
     add_map(k, d, 64, 64, 0);
     Var *bx = ir_new_var(k, "bx", DT_I32, VAR_BLOCK), *by = ir_new_var(k, "by", DT_I32, VAR_BLOCK);
     by->block_dim = 1;
@@ -218,14 +226,20 @@ static Module *hopper_module(Arena *arena, HopperOptions o) {
     ir_seq_append(k, init, fence(k, FENCE_MBARRIER_INIT, 0));
     ir_seq_append(k, k->body, if_then(k, bin(k, BIN_EQ, tid(k), i32(k, 0)), init, NULL));
     ir_seq_append(k, k->body, barrier(k, 0, 0));
+    if (o.cluster) ir_seq_append(k, k->body, fence(k, FENCE_CLUSTER_SYNC, 0));
 
     Stmt *issue = seq(k);
     ir_seq_append(k, issue, mbarrier(k, MBAR_EXPECT_TX, bars, 0, i32(k, 16384)));
     Expr *row0 = bin(k, BIN_MUL, ir_var(k, by), i32(k, 64));
     Expr *col0 = bin(k, BIN_MUL, ir_var(k, bx), i32(k, 64));
     ir_seq_append(k, issue, tma(k, false, sa, 0, 0, row0, i32(k, 0), bars));
-    ir_seq_append(k, issue, o.transpose_b ? tma(k, false, sb, 0, 1, col0, i32(k, 0), bars)
-                                          : tma(k, false, sb, 0, 1, i32(k, 0), col0, bars));
+    Stmt *load_b = o.transpose_b ? tma(k, false, sb, 0, 1, col0, i32(k, 0), bars)
+                                 : tma(k, false, sb, 0, 1, i32(k, 0), col0, bars);
+    if (o.cluster) {
+        load_b->u.tma.multicast = 2;
+        load_b->u.tma.multicast_dim = 0;
+    }
+    ir_seq_append(k, issue, load_b);
     Stmt *producer = seq(k);
     ir_seq_append(k, producer, fence(k, FENCE_SETMAXNREG_DEC, 40));
     ir_seq_append(k, producer, if_then(k, bin(k, BIN_EQ, tid(k), i32(k, 256)), issue, NULL));
@@ -262,7 +276,8 @@ static Module *hopper_module(Arena *arena, HopperOptions o) {
         ir_seq_append(k, consumer, fence(k, FENCE_WGMMA_COMMIT, 0));
         ir_seq_append(k, consumer, fence(k, FENCE_WGMMA_WAIT, 0));
     }
-    ir_seq_append(k, consumer, mbarrier(k, MBAR_ARRIVE, bars, 1, NULL));
+    ir_seq_append(k, consumer,
+                  mbarrier(k, o.cluster ? MBAR_ARRIVE_CLUSTER : MBAR_ARRIVE, bars, 1, NULL));
     /* st[(tid % 128) * 32 + i] (flattened) = bf16(acc[i]) */
     for (int i = 0; i < 32; i++) {
         Expr *flat = bin(k, BIN_ADD, bin(k, BIN_MUL, bin(k, BIN_MOD, tid(k), i32(k, 128)),
@@ -287,6 +302,7 @@ static Module *hopper_module(Arena *arena, HopperOptions o) {
     Stmt *split = if_then(k, bin(k, BIN_GE, tid(k), i32(k, 256)), producer, consumer);
     split->u.if_.warp_specialized = true;
     ir_seq_append(k, k->body, split);
+    if (o.cluster) ir_seq_append(k, k->body, fence(k, FENCE_CLUSTER_SYNC, 0));
     return m;
 }
 
@@ -388,6 +404,57 @@ Test(codegen_hopper, bf16_warp_specialized_tile) {
     /* K-major A and B: imm-trans-a 0, imm-trans-b 0 */
     cr_assert(strstr(ptx, "p, 1, 1, 0, 0;"), "transpose immediates:\n%s", ptx);
     expect_no_local_memory(ptx);
+    free(ptx);
+    arena_free(arena);
+}
+
+/* A cluster of 2 (docs/hopper.md 11): the kernel requires the cluster
+ * shape, B's load multicasts its slice (this CTA's rank picks the rows and
+ * the shared offset: 32 rows of 128 bytes) to both CTAs with mask 0b11,
+ * the release reaches the barrier of each CTA through mapa, and cluster
+ * barriers follow the init and end the kernel.  A's load stays local. */
+Test(codegen_hopper, cluster_multicast) {
+    Arena *arena = arena_new();
+    char *ptx = compile(hopper_module(arena, (HopperOptions){.ab = DT_BF16, .transpose_b = true,
+                                                             .cluster = true}),
+                        CODEGEN_PTX);
+    const char *expected[] = {
+        ".explicitcluster",
+        ".reqnctapercluster 2, 1, 1",
+        "%cluster_ctarank",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+        "[",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster",
+        "bar.warp.sync \t-1",
+        "%laneid",
+        "setp.lt.u32 arrive, ",
+        "@arrive mapa.shared::cluster.u32 remote, ",
+        "@arrive mbarrier.arrive.shared::cluster.b64 _, [remote];",
+        "barrier.cluster.arrive.release;",
+        "barrier.cluster.wait.acquire;",
+    };
+    expect_all(ptx, expected, sizeof expected / sizeof expected[0]);
+    cr_assert_eq(occurrences(ptx, ".multicast::cluster"), 1, "only B multicasts:\n%s", ptx);
+    cr_assert_eq(occurrences(ptx, "barrier.cluster.wait.acquire"), 2);
+    /* the slice: rank * 4096 bytes, rank * 32 rows */
+    cr_assert(strstr(ptx, "shl.b32") || strstr(ptx, "mul.lo.s32") || strstr(ptx, "mad.lo.s32"),
+              "no slice offset:\n%s", ptx);
+    cr_assert_null(strstr(ptx, "mbarrier.arrive.shared.b64"), "a local release:\n%s", ptx);
+    expect_no_local_memory(ptx);
+    free(ptx);
+    arena_free(arena);
+}
+
+/* The plain kernel carries no cluster directive. */
+Test(codegen_hopper, no_cluster_without_one) {
+    Arena *arena = arena_new();
+    char *ptx = compile(hopper_module(arena, (HopperOptions){.ab = DT_BF16, .transpose_b = true}),
+                        CODEGEN_PTX);
+    cr_assert_null(strstr(ptx, "cluster_dim"), "%s", ptx);
+    cr_assert_null(strstr(ptx, ".reqnctapercluster"), "%s", ptx);
+    cr_assert_null(strstr(ptx, "multicast"), "%s", ptx);
+    cr_assert_null(strstr(ptx, "barrier.cluster"), "%s", ptx);
     free(ptx);
     arena_free(arena);
 }
@@ -533,9 +600,9 @@ Test(codegen_hopper, bad_operands_are_diagnostics) {
 /* The launcher encodes one tensor map per Kernel.tensor_maps entry after
  * the grid check and appends it to the parameter block after the
  * symbols; the header compiles warning-free against the runtime. */
-Test(codegen_hopper, launcher_passes_tensor_maps) {
-    Arena *arena = arena_new();
-    Module *m = hopper_module(arena, (HopperOptions){.ab = DT_BF16, .transpose_b = true, .a_in_registers = false});
+/* The launcher header of m (malloc'd), after checking that it compiles
+ * with -Wall -Wextra -Werror against libtk's headers. */
+static char *launcher_header(Module *m) {
     char dir[] = "/tmp/test_codegen_hopper-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     char path[128], command[1024];
@@ -549,6 +616,23 @@ Test(codegen_hopper, launcher_passes_tensor_maps) {
     size_t n = fread(header, 1, (1 << 20) - 1, f);
     header[n] = 0;
     fclose(f);
+    const char *cuda = getenv("CUDA_HOME") ? getenv("CUDA_HOME") : "/usr/local/cuda";
+    snprintf(command, sizeof command,
+             "cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -x c -DTK_LAUNCHERS_IMPLEMENTATION "
+             "-I%s/runtime/include -I%s/runtime/src -I%s/include %s > %s/cc.log 2>&1",
+             TK_SOURCE_DIR, TK_SOURCE_DIR, cuda, path, dir);
+    int status = system(command);
+    snprintf(command, sizeof command, "%s cat %s/cc.log; rm -rf %s", status ? "" : ": ||",
+             dir, dir);
+    cr_assert_eq(system(command), 0);
+    cr_assert_eq(status, 0, "the launcher does not compile (log above)");
+    return header;
+}
+
+Test(codegen_hopper, launcher_passes_tensor_maps) {
+    Arena *arena = arena_new();
+    Module *m = hopper_module(arena, (HopperOptions){.ab = DT_BF16, .transpose_b = true, .a_in_registers = false});
+    char *header = launcher_header(m);
     const char *expected[] = {
         "void *tkl_params[11];",
         "static const int64_t tkl_box[2] = {64, 64};",
@@ -562,16 +646,30 @@ Test(codegen_hopper, launcher_passes_tensor_maps) {
     expect_all(header, expected, sizeof expected / sizeof expected[0]);
     /* encoded only once the grid is known to be non-empty */
     cr_assert_lt(strstr(header, "if (tkl_grid[0] == 0"), strstr(header, "tk__tensor_map("));
-    const char *cuda = getenv("CUDA_HOME") ? getenv("CUDA_HOME") : "/usr/local/cuda";
-    snprintf(command, sizeof command,
-             "cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -x c -DTK_LAUNCHERS_IMPLEMENTATION "
-             "-I%s/runtime/include -I%s/runtime/src -I%s/include %s > %s/cc.log 2>&1",
-             TK_SOURCE_DIR, TK_SOURCE_DIR, cuda, path, dir);
-    int status = system(command);
-    snprintf(command, sizeof command, "%s cat %s/cc.log; rm -rf %s", status ? "" : ": ||",
-             dir, dir);
-    cr_assert_eq(system(command), 0);
-    cr_assert_eq(status, 0, "the launcher does not compile (log above)");
+    cr_assert_null(strstr(header, "tk__launch_cluster"));
+    free(header);
+    arena_free(arena);
+}
+
+/* A cluster kernel's launcher rounds the clustered grid dimension up to
+ * whole clusters (before the limit check) and launches through
+ * tk__launch_cluster with the cluster shape; B's tensor map has the
+ * slice box (32 of 64 rows). */
+Test(codegen_hopper, launcher_launches_clusters) {
+    Arena *arena = arena_new();
+    Module *m = hopper_module(arena, (HopperOptions){.ab = DT_BF16, .transpose_b = true,
+                                                     .cluster = true});
+    char *header = launcher_header(m);
+    const char *expected[] = {
+        "tkl_grid[0] = (tkl_grid[0] + 1) / 2 * 2;",
+        "static const uint32_t tkl_cluster[3] = {2u, 1u, 1u};",
+        "tk__launch_cluster(\"hopper__tile\", tkl_dims, tkl_cluster, 384u, 25600u, tkl_params, "
+        "stream);",
+        "static const int64_t tkl_box[2] = {32, 64};",
+    };
+    expect_all(header, expected, sizeof expected / sizeof expected[0]);
+    cr_assert_lt(strstr(header, "tkl_grid[0] = (tkl_grid[0] + 1)"),
+                 strstr(header, "if (tkl_grid[0] == 0"));
     free(header);
     arena_free(arena);
 }

@@ -568,7 +568,7 @@ Test(channel_api, instance_selection_and_empty_input) {
                      .shape = {256}, .strides = {1}};
     x.dtype = TK_F32;
     tk_per_channel_cast_fused(&x, NULL, 0, 128, false, &pos, &out, &sf, NULL);
-    cr_assert_str_eq(tk__last_instance(), "per_channel_cast__f32_gather");
+    cr_assert_str_eq(tk__last_instance(), "per_channel_cast__plain__f32_gather");
     x.dtype = TK_E4M3;
     tk_tensor x_sf = gpu_tensor2(FAKE(5), TK_F32, 256, 5, 1, 256); /* column-major works */
     tk_per_channel_cast_fused(&x, &x_sf, 128, 128, true, NULL, &out, &sf, NULL);

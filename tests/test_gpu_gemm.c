@@ -47,8 +47,9 @@ static const tk__gemm_variant VARIANTS[] = {TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, 
 /* Indexed by tk__gemm_variant. */
 static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off", "persistent",
                                             "persistent_ws_off", "persistent_band16"};
-/* The fp8 GEMM has the first three; gemm_bf16 all. */
-#define FP8_VARIANTS 3
+/* The fp8 GEMM's instances (variants_pick_their_instances); gemm_bf16
+ * has the six of VARIANTS. */
+#define FP8_VARIANTS 7
 #define BF16_VARIANTS 6
 
 /* One GEMM problem: host operands and reference, device buffers. */
@@ -259,13 +260,16 @@ Test(gemm_check, passes_f32_accumulation_and_fails_a_short_k) {
 }
 
 /* Every variant against the reference; the others equal to the default
- * bit for bit (the persistent instances visit the tiles in another order
- * but compute each one the same way). */
+ * bit for bit (the persistent and cluster instances visit the tiles in
+ * another order, the cluster ones multicast a shared operand tile, but
+ * each tile is computed the same way). */
 static void check_all_variants(problem *p) {
     /* the fp8 GEMM's variants: the first three, then its 256-row kernel */
-    static const tk__gemm_variant FP8_LIST[] = {TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF,
-                                                TK__GEMM_WS_OFF, TK__GEMM_WIDE};
-    static const char *const FP8_NAMES[] = {"default", "tma_off", "ws_off", "wide"};
+    static const tk__gemm_variant FP8_LIST[] = {
+        TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF, TK__GEMM_WIDE,
+        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2};
+    static const char *const FP8_NAMES[] = {"default", "tma_off", "ws_off", "wide",
+                                            "cluster2", "cluster2_ws_off", "wide_cluster2"};
     bool fp8 = p->input == TK_E4M3;
     int variants = fp8 ? (int)(sizeof FP8_LIST / sizeof FP8_LIST[0]) : BF16_VARIANTS;
     for (int v = 0; v < variants; v++) {
@@ -337,6 +341,21 @@ Test(gemm_fp8_blockscaled, ragged_m_n_k) {
     fp8_case(200, 328, 1040, TK_SF_ROW_MAJOR, 12);
     fp8_case(130, 136, 16, TK_SF_ROW_MAJOR, 13);
     fp8_case(1, 8, 144, TK_SF_ROW_MAJOR, 14);
+}
+
+/* The cluster instances pair tiles: two vertically adjacent 128-row tiles
+ * (cluster2, sharing B) or two horizontally adjacent 128-column tiles
+ * (wide_cluster2, sharing A).  An odd count of tile rows (cluster2) or
+ * tile columns (wide_cluster2) leaves the second block of the last pair
+ * with no tile; it must still load its half of the shared box and release
+ * its slots, or its partner hangs.  K from one ragged block (16) to odd
+ * counts of scale blocks (9, 5) and 17 blocks (the ring wraps). */
+Test(gemm_fp8_blockscaled, cluster_partner_without_tile, .timeout = 300) {
+    fp8_case(264, 136, 1040, TK_SF_ROW_MAJOR, 21);  /* 3 tile rows: no partner tile */
+    fp8_case(136, 264, 16, TK_SF_ROW_MAJOR, 22);    /* 3 tile columns (wide) */
+    fp8_case(392, 392, 2176, TK_SF_ROW_MAJOR, 23);  /* 4 x 4, wide: 2 rows x 4 cols */
+    fp8_case(8, 8, 128, TK_SF_COL_MAJOR, 24);       /* one tile; every partner empty */
+    fp8_case(1000, 776, 528, TK_SF_ROW_MAJOR, 25);  /* 8 x 7 tiles, bands cut short */
 }
 
 Test(gemm_fp8_blockscaled, column_major_sfb) {
@@ -524,11 +543,18 @@ Test(gemm_api, variants_pick_their_instances) {
     cr_assert_eq(tk_sf_desc(256, 128, 128, 128, TK_SF_ROW_MAJOR, &sfb, &bytes), TK_SUCCESS);
     sfa.data = (void *)(base + 0x30000);
     sfb.data = (void *)(base + 0x40000);
+    static const tk__gemm_variant fp8_variants[] = {
+        TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF, TK__GEMM_WIDE,
+        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2};
     const char *fp8_names[] = {"gemm_fp8_blockscaled__default", "gemm_fp8_blockscaled__tma_off",
-                               "gemm_fp8_blockscaled__ws_off"};
+                               "gemm_fp8_blockscaled__ws_off",
+                               "gemm_fp8_blockscaled_wide__default",
+                               "gemm_fp8_blockscaled__cluster2",
+                               "gemm_fp8_blockscaled__cluster2_ws_off",
+                               "gemm_fp8_blockscaled_wide__cluster2"};
     for (int v = 0; v < FP8_VARIANTS; v++) {
-        tk_status status = tk__gemm_fp8_blockscaled_variant(&a8, &sfa, &b8, &sfb, &d, VARIANTS[v],
-                                                            NULL);
+        tk_status status = tk__gemm_fp8_blockscaled_variant(&a8, &sfa, &b8, &sfb, &d,
+                                                            fp8_variants[v], NULL);
         cr_assert(device ? status == TK_SUCCESS : status != TK_SUCCESS, "%s: %s",
                   tk_status_string(status), tk_last_error());
         cr_assert_str_eq(tk__last_instance(), fp8_names[v]);

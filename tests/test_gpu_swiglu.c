@@ -352,6 +352,84 @@ static void run_forward(tk_dtype dtype, bool sweep_all) {
 Test(swiglu_forward, bf16_sweep, .timeout = 1800) { run_forward(TK_BF16, true); }
 Test(swiglu_forward, f32_inputs, .timeout = 1800) { run_forward(TK_F32, false); }
 
+/* Every bf16 gate pattern, 64 rows x I = 1024, up values normal: zeros,
+ * subnormals, tiny and huge gates, NaN and -inf, next to ordinary ones in
+ * the same 16-column chunks, so that the kernels' fast IEEE division
+ * (kernels/swiglu.tk, swiglu_quotient) meets the edges of its range and
+ * its fallback.  Positive gates of 2^100 and above (and +inf) are negated:
+ * their products with u would overflow to inf, whose scales the per-token
+ * cast does not define.  Plain (the no-clamp loop) and with weights (the
+ * general loop). */
+Test(swiglu_forward, special_gate_values, .timeout = 300) {
+    gpu g = gpu_begin();
+    const int64_t rows = 64, half = 1024, width = 2 * half;
+    uint16_t *x = host_alloc((size_t)(rows * width) * 2);
+    ref_rng rng = ref_rng_seed(test_seed() + 21, 0);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < half; j++) {
+            uint16_t gate = (uint16_t)(r * half + j);
+            if (gate < 0x8000 && ((gate >> 7) & 0xFF) >= 127 + 100)
+                gate |= 0x8000;
+            x[r * width + j] = gate;
+            x[r * width + half + j] = ref_bf16_from_f32(ref_rng_normal(&rng));
+        }
+    float weights[64];
+    int32_t index[64];
+    for (int r = 0; r < 64; r++) {
+        weights[r] = ref_rng_normal(&rng);
+        index[r] = 63 - r;
+    }
+    size_t out_bytes = (size_t)(rows * half), sf_bytes = (size_t)(rows * (half / 128)) * 4;
+    CUdeviceptr d_x = gpu_alloc(&g, (size_t)(rows * width) * 2);
+    CUdeviceptr d_out = gpu_alloc(&g, out_bytes + TAIL_BYTES);
+    CUdeviceptr d_sf = gpu_alloc(&g, sf_bytes + TAIL_BYTES);
+    CUdeviceptr d_weights = gpu_alloc(&g, sizeof weights);
+    CUdeviceptr d_index = gpu_alloc(&g, sizeof index);
+    CU(&g, cuMemcpyHtoD(d_x, x, (size_t)(rows * width) * 2));
+    CU(&g, cuMemcpyHtoD(d_weights, weights, sizeof weights));
+    CU(&g, cuMemcpyHtoD(d_index, index, sizeof index));
+    uint8_t *got = host_alloc(out_bytes + TAIL_BYTES), *want = host_alloc(out_bytes);
+    unsigned char *got_sf = host_alloc(sf_bytes + TAIL_BYTES), *want_sf = host_alloc(sf_bytes);
+    float *table = gpu_bf16_exp_table(&g);
+    for (int with_weights = 0; with_weights < 2; with_weights++) {
+        char what[100];
+        snprintf(what, sizeof what, "swiglu_forward special gate values, weights=%d",
+                 with_weights);
+        tk_tensor sf;
+        size_t bytes;
+        check_status(tk_sf_desc(rows, half, 1, 128, TK_SF_ROW_MAJOR, &sf, &bytes), "tk_sf_desc");
+        cr_assert_eq(bytes, sf_bytes);
+        sf.data = (void *)(uintptr_t)d_sf;
+        poison(&g, d_out, out_bytes);
+        poison(&g, d_sf, sf_bytes);
+        tk_tensor tx = tensor(d_x, TK_BF16, 2, rows, width);
+        tk_tensor tout = tensor(d_out, TK_E4M3, 2, rows, half);
+        tk_tensor tindex = tensor(d_index, TK_I32, 1, rows, 0);
+        tk_tensor tweights = tensor(d_weights, TK_F32, 2, 8, 8);
+        check_status(tk_swiglu_forward_and_per_token_cast(
+                         &tx, 128, with_weights ? &tindex : NULL,
+                         with_weights ? &tweights : NULL, NULL, true, TK_SF_ROW_MAJOR, NULL,
+                         NULL, NULL, &tout, &sf, NULL),
+                     what);
+        download(&g, got, d_out, out_bytes, what);
+        download(&g, got_sf, d_sf, sf_bytes, what);
+        ref_swiglu_forward args = {
+            .x = x, .dtype = TK_BF16, .rows = rows, .half = half, .num_per_channels = 128,
+            .round_sf = true, .layout = TK_SF_ROW_MAJOR,
+            .pos_to_token_topk = with_weights ? index : NULL,
+            .topk_weights = with_weights ? weights : NULL, .num_weights = 64,
+            .exp = ref_swiglu_exp_bf16_table(table)};
+        int64_t counts[3] = {0, 0, 0};
+        cr_assert(ref_swiglu_forward_per_token_cast(&args, want, want_sf, counts));
+        expect_rows(got, want, rows, (size_t)half, NULL, what);
+        cr_assert(memcmp(got_sf, want_sf, sf_bytes) == 0, "%s: scales differ", what);
+    }
+    free(x), free(got), free(want), free(got_sf), free(want_sf), free(table);
+    CUdeviceptr buffers[] = {d_x, d_out, d_sf, d_weights, d_index};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        CU(&g, cuMemFree(buffers[i]));
+}
+
 /* ---- swiglu_backward_and_per_token_cast ----------------------------------- */
 
 #define BWD_MAX_ROWS 40000
@@ -511,6 +589,125 @@ Test(swiglu_backward, sweep, .timeout = 1800) {
             (double)elements * 1e-6, now_seconds() - start);
     free(source), free(grad), free(x), free(x_sf), free(got), free(want), free(argument), free(values);
     CUdeviceptr buffers[] = {d_x, d_x_sf, d_grad, d_small, d_out, d_fp8, d_gsf, d_xg};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        CU(&g, cuMemFree(buffers[i]));
+}
+
+/* Values that leave the backward kernel's fast range (kernels/
+ * swiglu_backward.tk: IEEE division unless |gate| <= 87, |scale| >= 2^-90
+ * and clamp 0 or >= 2^-90): every non-NaN e4m3 code, zeros of both signs
+ * often, scales from 2^-95 to 3 (dequantised gates up to 1344, where
+ * 1 / d is subnormal or 0), clamps 0, 1e-35, 0.5 and 10, unmapped rows,
+ * a partial row block and a partial block column (I = 640).  The exact
+ * outputs are compared byte for byte; weight_grad, whose sum cancels
+ * terms up to 1e6 here, within 1e-4 of the sum of |g * x * y| over the
+ * row (|act| <= |x * y| since d >= 1). */
+Test(swiglu_backward, fast_path_boundaries) {
+    gpu g = gpu_begin();
+    const int64_t rows = 37, half = 640, width = 2 * half;
+    static const float scales[] = {0.01f, 1.0f, 0.25f, 0x1p-95f, 0x1p-60f, 2.2321428e-7f,
+                                   3.0f, 0.5f, 0x1p-89f, 0.125f};
+    static const float clamps[] = {0.0f, 1e-35f, 0.5f, 10.0f};
+    uint8_t *x = host_alloc((size_t)(rows * width));
+    float *x_sf = host_alloc((size_t)(rows * width / 32) * 4);
+    uint16_t *grad = host_alloc((size_t)(rows * half) * 2);
+    float *weight = host_alloc((size_t)rows * 4);
+    int32_t *map = host_alloc((size_t)rows * 4);
+    ref_fill_rand_float(grad, TK_BF16, rows, half, 0, 0, test_seed() + 41);
+    ref_rng rng = ref_rng_seed(test_seed() + 42, 0);
+    for (int64_t i = 0; i < rows * width; i++) {
+        uint8_t code = (uint8_t)ref_rng_next(&rng);
+        if ((code & 0x7F) == 0x7F || code % 16 == 3)
+            code &= 0x80; /* no NaN; one code in 16 a signed zero */
+        x[i] = code;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        weight[r] = ref_rng_uniform(&rng);
+        map[r] = r % 7 == 5 ? -1 : (int32_t)r; /* token r, top-1: its own row */
+    }
+    size_t x_bytes = (size_t)(rows * width), half_bytes = (size_t)(rows * half) * 2;
+    CUdeviceptr d_x = gpu_alloc(&g, x_bytes), d_sf = gpu_alloc(&g, x_bytes / 32 * 4);
+    CUdeviceptr d_grad = gpu_alloc(&g, half_bytes), d_weight = gpu_alloc(&g, (size_t)rows * 4);
+    CUdeviceptr d_map = gpu_alloc(&g, (size_t)rows * 4), d_out = gpu_alloc(&g, half_bytes);
+    CUdeviceptr d_fp8 = gpu_alloc(&g, x_bytes), d_gsf = gpu_alloc(&g, x_bytes / 32 * 4);
+    CUdeviceptr d_xg = gpu_alloc(&g, x_bytes * 2), d_wgrad = gpu_alloc(&g, (size_t)rows * 4);
+    CU(&g, cuMemcpyHtoD(d_x, x, x_bytes));
+    CU(&g, cuMemcpyHtoD(d_grad, grad, half_bytes));
+    CU(&g, cuMemcpyHtoD(d_weight, weight, (size_t)rows * 4));
+    CU(&g, cuMemcpyHtoD(d_map, map, (size_t)rows * 4));
+    uint16_t *w_out = host_alloc(half_bytes), *w_xg = host_alloc(x_bytes * 2);
+    uint8_t *w_fp8 = host_alloc(x_bytes), *got = host_alloc(x_bytes * 2);
+    float *w_gsf = host_alloc(x_bytes / 32 * 4), *w_wg = host_alloc((size_t)rows * 4);
+    float *argument = host_alloc(half_bytes * 2), *values = host_alloc(half_bytes * 2);
+    double *magnitude = host_alloc((size_t)rows * sizeof(double));
+    int cases = 0;
+    for (int npc = 32; npc <= 128; npc *= 4)
+        for (int round_sf = 0; round_sf < 2; round_sf++)
+            for (int c = -1; c < 4; c++) {
+                int64_t groups = width / npc;
+                float clamp = c >= 0 ? clamps[c] : 0.0f;
+                for (int64_t i = 0; i < rows * groups; i++)
+                    x_sf[i] = scales[(i + cases) % 10];
+                char what[120];
+                snprintf(what, sizeof what, "swiglu_backward boundaries npc=%d round=%d clamp=%g%s",
+                         npc, round_sf, (double)clamp, c >= 0 ? "" : " (none)");
+                CU(&g, cuMemcpyHtoD(d_sf, x_sf, (size_t)(rows * groups) * 4));
+                tk_tensor tx = tensor(d_x, TK_E4M3, 2, rows, width);
+                tk_tensor tsf = tensor(d_sf, TK_F32, 2, rows, groups);
+                tk_tensor tgrad = tensor(d_grad, TK_BF16, 2, rows, half);
+                tk_tensor tw = tensor(d_weight, TK_F32, 2, rows, 1);
+                tk_tensor tmap = tensor(d_map, TK_I32, 1, rows, 0);
+                tk_tensor tmap2 = tensor(d_map, TK_I32, 2, rows, 1);
+                tk_tensor tout = tensor(d_out, TK_BF16, 2, rows, half);
+                tk_tensor tfp8 = tensor(d_fp8, TK_E4M3, 2, rows, width);
+                tk_tensor tgsf = tensor(d_gsf, TK_F32, 2, rows, groups);
+                tk_tensor txg = tensor(d_xg, TK_BF16, 2, rows, width);
+                tk_tensor twg = tensor(d_wgrad, TK_F32, 2, rows, 1);
+                check_status(tk_swiglu_backward_and_per_token_cast(
+                                 &tx, &tsf, &tgrad, &tw, &tmap, &tmap2, npc, round_sf,
+                                 c >= 0 ? &clamp : NULL, &tout, &tfp8, &tgsf, &txg, &twg, NULL),
+                             what);
+                ref_swiglu_backward args = {x, x_sf, grad, weight, map, map, rows, half, rows,
+                                            1, npc, round_sf, c >= 0, clamp, {0}};
+                ref_swiglu_backward_exp_arguments(&args, argument);
+                gpu_exp(&g, argument, values, rows * half);
+                ref_swiglu_exp_array array = {values, half};
+                args.exp = ref_swiglu_exp_elements(&array);
+                cr_assert(ref_swiglu_backward_per_token_cast(&args, w_out, w_fp8, w_gsf, w_xg,
+                                                             w_wg));
+                download(&g, got, d_out, half_bytes, what);
+                expect_rows(got, (unsigned char *)w_out, rows, (size_t)half * 2, NULL, "out");
+                download(&g, got, d_xg, x_bytes * 2, what);
+                expect_rows(got, (unsigned char *)w_xg, rows, (size_t)width * 2, NULL, "x_grad");
+                download(&g, got, d_fp8, x_bytes, what);
+                expect_rows(got, w_fp8, rows, (size_t)width, NULL, "x_grad_fp8");
+                download(&g, got, d_gsf, (size_t)(rows * groups) * 4, what);
+                expect_rows(got, (unsigned char *)w_gsf, rows, (size_t)groups * 4, NULL,
+                            "x_grad_sf");
+                for (int64_t r = 0; r < rows; r++) {
+                    magnitude[r] = 0.0;
+                    for (int64_t j = 0; j < half; j++)
+                        magnitude[r] += fabs(ref_bf16_to_f32(grad[r * half + j]) *
+                                             ref_e4m3_to_f32(x[r * width + j]) *
+                                             x_sf[r * groups + j / npc] *
+                                             ref_e4m3_to_f32(x[r * width + half + j]) *
+                                             x_sf[r * groups + (half + j) / npc]);
+                }
+                download(&g, got, d_wgrad, (size_t)rows * 4, what);
+                for (int64_t r = 0; r < rows; r++) {
+                    float gw;
+                    memcpy(&gw, got + r * 4, 4);
+                    cr_assert(fabs((double)gw - w_wg[r]) <= 1e-4 + 1e-4 * magnitude[r],
+                              "%s: weight_grad[%ld] %g, expected %g", what, (long)r,
+                              (double)gw, (double)w_wg[r]);
+                }
+                cases++;
+            }
+    fprintf(stderr, "test_gpu_swiglu: swiglu_backward boundaries: %d cases\n", cases);
+    free(x), free(x_sf), free(grad), free(weight), free(map), free(w_out), free(w_xg);
+    free(w_fp8), free(got), free(w_gsf), free(w_wg), free(argument), free(values), free(magnitude);
+    CUdeviceptr buffers[] = {d_x, d_sf, d_grad, d_weight, d_map, d_out, d_fp8, d_gsf, d_xg,
+                             d_wgrad};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         CU(&g, cuMemFree(buffers[i]));
 }

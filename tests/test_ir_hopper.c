@@ -21,6 +21,7 @@
 
 #define THREAD_GOLDEN TK_SOURCE_DIR "/tests/ir/hopper_thread.ir"
 #define TILE_GOLDEN TK_SOURCE_DIR "/tests/ir/hopper_tile.ir"
+#define CLUSTER_GOLDEN TK_SOURCE_DIR "/tests/ir/hopper_cluster.ir"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -457,8 +458,8 @@ Test(hopper_ir, buffer_uses_of_async_statements)
 
 Test(hopper_verify, goldens_are_accepted)
 {
-    const char *paths[] = {THREAD_GOLDEN, TILE_GOLDEN};
-    for (int p = 0; p < 2; p++) {
+    const char *paths[] = {THREAD_GOLDEN, TILE_GOLDEN, CLUSTER_GOLDEN};
+    for (int p = 0; p < 3; p++) {
         char *text = read_file(paths[p]);
         Arena *arena = arena_new();
         char *messages;
@@ -548,6 +549,33 @@ Test(hopper_verify, thread_level_rules)
     expect_rejected(m, "tensor map 0: @acc is not a tensor parameter", "a map of a local");
     arena_free(arena);
     free(text);
+}
+
+/* Clusters and multicast (docs/hopper.md 11). */
+Test(hopper_verify, cluster_rules)
+{
+    const char *g = CLUSTER_GOLDEN;
+    const char *thread_cluster = "  min_blocks 1\n  cluster 2 1 1";
+    expect_text_rejected(g, thread_cluster, "  min_blocks 1\n  cluster 9 1 1",
+                         "cluster dimension 0 is 9 (1..8)");
+    expect_text_rejected(g, thread_cluster, "  min_blocks 1\n  cluster 4 4 1",
+                         "a cluster of 16 CTAs (at most 8)");
+    expect_text_rejected(g, thread_cluster, "  min_blocks 1",
+                         "mbarrier arrive_cluster in a kernel without a cluster");
+    expect_text_rejected(g, thread_cluster, "  min_blocks 1",
+                         "fence cluster_sync in a kernel without a cluster");
+    expect_text_rejected(g, thread_cluster, "  min_blocks 1",
+                         "multicast to 2 CTAs in a cluster of 1");
+    expect_text_rejected(g, "map 0 [0, 0] multicast 2 dim 0", "map 0 [0, 0] multicast 2 dim 1",
+                         "multicast along dim 1, but the box is 32 wide on dim 0");
+    expect_text_rejected(g, "map 0 [0, 0] multicast 2 dim 0", "map 0 [0, 0] multicast 2 dim 2",
+                         "multicast dim 2 of a rank-2 tensor map");
+    expect_text_rejected(g, "map 0 [0, 0] multicast 2 dim 0", "map 0 [0, 0]",
+                         "tma: shared region of 4096 elements, the box 2048 x 1");
+    expect_text_rejected(g, "map 0 [0, 0] multicast 2 dim 0", "map 0 [0, 0] multicast 4 dim 0",
+                         "multicast to 4 CTAs in a cluster of 2");
+    expect_text_rejected(g, "map 0 multicast 2 dim 0", "multicast 2 dim 0",
+                         "copy: multicast without a tensor map");
 }
 
 Test(hopper_verify, tile_level_rules)

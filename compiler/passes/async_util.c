@@ -62,6 +62,10 @@ void async_prepend_init(Kernel *k, Stmt **prefix, int nprefix, Stmt *inits,
     ir_seq_append(k, out, async_fence(k, FENCE_MBARRIER_INIT, 0, loc));
     Stmt *bar = ir_new_stmt(k, STMT_BARRIER, loc);
     ir_seq_append(k, out, bar);
+    /* the peers of a cluster may arrive on (or multicast into) this CTA's
+     * barriers as soon as they pass their own init */
+    if (cluster_size(k) > 1)
+        ir_seq_append(k, out, async_fence(k, FENCE_CLUSTER_SYNC, 0, loc));
     for (int i = 0; i < body->u.seq.count; i++)
         ir_seq_append(k, out, body->u.seq.items[i]);
     out->loc = body->loc;

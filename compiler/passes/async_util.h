@@ -26,8 +26,10 @@ Stmt *async_mbarrier(Kernel *k, MbarrierOp op, Buffer *bar, Expr *slot,
 Buffer *async_new_mbarriers(Kernel *k, const char *name, int64_t slots,
                             Loc loc, Stmt **alloc);
 /* Puts `prefix...; if thread_idx() == 0 { inits }; fence mbarrier_init;
- * barrier` at the top of the kernel body: the barriers are initialised
- * once, and visible to every thread and to the async proxy before use. */
+ * barrier` (then `fence cluster_sync` in a kernel with a cluster) at the
+ * top of the kernel body: the barriers are initialised once, and visible
+ * to every thread, to the async proxy and to the cluster's other CTAs
+ * before use. */
 void async_prepend_init(Kernel *k, Stmt **prefix, int nprefix, Stmt *inits,
                         Loc loc);
 
@@ -57,5 +59,14 @@ const Var *async_missing_var(const Stmt *skeleton, AsyncVarFn allowed,
 /* True when e reads no buffer other than global tensors and calls no
  * per-thread intrinsic. */
 bool async_uniform_scalar(const Expr *e);
+
+/* cluster_uniform.c: values that are the same in every CTA of the
+ * kernel's cluster (docs/hopper.md 11).  cluster_uniform_new records the
+ * lets and loops of the kernel body as it is then. */
+typedef struct ClusterUniform ClusterUniform;
+ClusterUniform *cluster_uniform_new(Kernel *k);
+bool cluster_uniform_expr(ClusterUniform *u, const Expr *e);
+/* CTAs per cluster: the product of Kernel.cluster (1 without one). */
+int cluster_size(const Kernel *k);
 
 #endif

@@ -328,6 +328,8 @@ static Stmt *lower_tma_copy(LowerCtx *ctx, Stmt *s)
     t->u.tma.store = store;
     t->u.tma.smem = store ? s->u.copy.src : s->u.copy.dst;
     t->u.tma.tensor_map = s->u.copy.tensor_map;
+    t->u.tma.multicast = s->u.copy.multicast;
+    t->u.tma.multicast_dim = s->u.copy.multicast_dim;
     for (int d = 0; d < global->buffer->rank; d++)
         t->u.tma.coords[d] = global->start[d] ? global->start[d] : pass_index(k, 0);
     if (!store)

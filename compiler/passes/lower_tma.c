@@ -24,6 +24,13 @@
  * TMA stores get `fence proxy_async; barrier` in front (threads' writes
  * become visible to the async proxy) and a commit + wait behind.
  *
+ * In a kernel with a cluster, a pipelined TMA load whose box, loop bounds
+ * and guards are the same in every CTA of the cluster (cluster_uniform.c)
+ * multicasts (unless its multicast hint is off; `multicast = on` makes
+ * failing to an error): each CTA loads one slice of the box, split along
+ * its outermost dimension wider than 1, and the slice lands in every
+ * CTA.  The tensor map's box is the slice (docs/hopper.md 11).
+ *
  * requires: tile level (after check_types).  guarantees: every COPY has
  * tensor_map >= 0 exactly when it is a TMA copy; a TMA load outside a
  * pipelined loop carries its barrier.
@@ -46,6 +53,8 @@ typedef struct {
     Facts *facts;
     PtrVec gemm_operands; /* Buffer*: shared A/B operands of a gemm */
     Buffer *bar;          /* the standalone loads' mbarrier, once needed */
+    ClusterUniform *uniform; /* with a cluster: what every CTA agrees on */
+    const Stmt *multicast; /* the first copy that multicasts */
     Stmt *bar_alloc;      /* its ALLOC */
     Var *phase;           /* its phase bit */
 } TmaCtx;
@@ -190,6 +199,88 @@ static const char *illegal_reason(TmaCtx *c, const Stmt *s, bool pipelined,
     return NULL;
 }
 
+/* ---- multicast (docs/hopper.md 11) ------------------------------------- */
+
+/* NULL when the TMA load s (in a pipelined loop when `pipelined`, under
+ * cluster-uniform loops and IFs when `uniform_path`) can multicast: then
+ * *dim is the global dim its box is split on, box[*dim] / cluster size
+ * per CTA.  Else why not. */
+static const char *multicast_reason(TmaCtx *c, const Stmt *s, bool pipelined,
+                                    bool uniform_path, int kind, int *dim)
+{
+    Kernel *k = c->k;
+    Arena *a = k->arena;
+    int ctas = cluster_size(k);
+    if (ctas < 2)
+        return "the kernel has no cluster (launch ... with(cluster = N))";
+    if (s->u.copy.src.buffer->scope != SCOPE_GLOBAL)
+        return "it is a store (only loads multicast)";
+    if (!pipelined)
+        return "it is not in a pipelined loop (only pipelined loads multicast)";
+    if (!uniform_path)
+        return "a loop bound or an IF condition around it may differ between the "
+               "CTAs of a cluster";
+    const Region *g = &s->u.copy.src, *sh = &s->u.copy.dst;
+    for (int d = 0; d < g->buffer->rank; d++)
+        if (!cluster_uniform_expr(c->uniform, g->start[d]))
+            return arena_printf(a, "the start of dimension %d may differ between the "
+                                "CTAs of a cluster (it depends on a clustered block "
+                                "index other than through block / a multiple of the "
+                                "cluster size)", d);
+    for (int d = 0; d < sh->buffer->rank; d++)
+        if (!cluster_uniform_expr(c->uniform, sh->start[d]))
+            return arena_printf(a, "the index into '%s' may differ between the CTAs of "
+                                "a cluster", sh->buffer->name);
+    int64_t box[IR_MAX_RANK];
+    global_box(g, box);
+    int rank = g->buffer->rank;
+    int split = 0;
+    while (split < rank - 1 && box[split] == 1)
+        split++;
+    int bytes = ir_dtype_bits(g->buffer->dtype) / 8;
+    int64_t total = bytes;
+    for (int d = 0; d < rank; d++)
+        total *= box[d];
+    int64_t align = kind == SHARED_ASYNC_SWIZZLE128 ? 1024 : 128;
+    if (box[split] % ctas != 0)
+        return arena_printf(a, "its box is %lld wide on dimension %d, not a multiple of "
+                            "the %d CTAs", (long long)box[split], split, ctas);
+    if (kind == SHARED_ASYNC_SWIZZLE128 && split == rank - 1)
+        return "its 128-byte swizzled rows cannot be split";
+    if ((total / ctas) % align != 0)
+        return arena_printf(a, "a slice of %lld bytes is not a multiple of %lld (each "
+                            "CTA's slice must start %lld-byte aligned)",
+                            (long long)(total / ctas), (long long)align, (long long)align);
+    *dim = split;
+    return NULL;
+}
+
+/* Sets s's multicast (or reports why not, or fails a `multicast = on`);
+ * box becomes one CTA's slice. */
+static void decide_multicast(TmaCtx *c, Stmt *s, bool pipelined, bool uniform_path,
+                             int kind, int64_t box[IR_MAX_RANK])
+{
+    Hint hint = s->u.copy.multicast_hint;
+    if (hint == HINT_OFF)
+        return;
+    int dim = 0;
+    const char *reason = multicast_reason(c, s, pipelined, uniform_path, kind, &dim);
+    if (reason) {
+        if (hint == HINT_ON)
+            pass_error(c->diag, &c->ok, s->loc, "copy '%s' -> '%s' cannot multicast: %s",
+                       s->u.copy.src.buffer->name, s->u.copy.dst.buffer->name, reason);
+        else if (pass_explain_tma && cluster_size(c->k) > 1)
+            diag_note(c->diag, s->loc, "copy '%s' -> '%s' does not multicast: %s",
+                      s->u.copy.src.buffer->name, s->u.copy.dst.buffer->name, reason);
+        return;
+    }
+    s->u.copy.multicast = cluster_size(c->k);
+    s->u.copy.multicast_dim = dim;
+    box[dim] /= s->u.copy.multicast;
+    if (!c->multicast)
+        c->multicast = s;
+}
+
 /* ---- decisions --------------------------------------------------------- */
 
 static int tensor_map_index(TmaCtx *c, Buffer *global, const int64_t *box,
@@ -218,7 +309,7 @@ static int tensor_map_index(TmaCtx *c, Buffer *global, const int64_t *box,
     return k->ntensor_maps++;
 }
 
-static void decide(TmaCtx *c, Stmt *s, bool pipelined)
+static void decide(TmaCtx *c, Stmt *s, bool pipelined, bool uniform_path)
 {
     Kernel *k = c->k;
     Arena *a = k->arena;
@@ -226,10 +317,11 @@ static void decide(TmaCtx *c, Stmt *s, bool pipelined)
     bool load = src->scope == SCOPE_GLOBAL && dst->scope == SCOPE_SHARED;
     bool store = src->scope == SCOPE_SHARED && dst->scope == SCOPE_GLOBAL;
     if (!load && !store) {
-        if (s->u.copy.tma == HINT_ON)
+        if (s->u.copy.tma == HINT_ON || s->u.copy.multicast_hint == HINT_ON)
             pass_error(c->diag, &c->ok, s->loc, "copy '%s' -> '%s' cannot use "
-                       "TMA: it is not between global and shared memory",
-                       src->name, dst->name);
+                       "TMA%s: it is not between global and shared memory",
+                       src->name, dst->name,
+                       s->u.copy.tma == HINT_ON ? "" : " (multicast = on needs it)");
         else if (pass_explain_tma)
             diag_note(c->diag, s->loc, "copy '%s' -> '%s' is not a TMA copy: "
                       "it is not between global and shared memory",
@@ -263,7 +355,10 @@ static void decide(TmaCtx *c, Stmt *s, bool pipelined)
                      "gemm operand use TMA (tma = on forces it)";
     }
     if (reason) {
-        if (pass_explain_tma)
+        if (s->u.copy.multicast_hint == HINT_ON)
+            pass_error(c->diag, &c->ok, s->loc, "copy '%s' -> '%s' has multicast = on, "
+                       "but it is not a TMA copy: %s", src->name, dst->name, reason);
+        else if (pass_explain_tma)
             diag_note(c->diag, s->loc, "copy '%s' -> '%s' is not a TMA copy: %s",
                       src->name, dst->name, reason);
         return;
@@ -271,38 +366,50 @@ static void decide(TmaCtx *c, Stmt *s, bool pipelined)
     const Region *g = load ? &s->u.copy.src : &s->u.copy.dst;
     int64_t box[IR_MAX_RANK];
     global_box(g, box);
+    decide_multicast(c, s, pipelined, uniform_path, kind, box);
     int swizzle = kind == SHARED_ASYNC_SWIZZLE128 ? SWIZZLE_ROW_BYTES : 0;
     s->u.copy.tensor_map = tensor_map_index(c, g->buffer, box, swizzle);
     shared->async_kind = kind;
     if (pass_explain_tma)
         diag_note(c->diag, s->loc, "copy '%s' -> '%s' is a TMA %s: tensor map "
-                  "%d, box %s, %s%s", src->name, dst->name,
+                  "%d, box %s, %s%s%s", src->name, dst->name,
                   load ? "load" : "store", s->u.copy.tensor_map,
                   pass_format_extents(a, box, g->buffer->rank),
                   swizzle ? "128-byte swizzle" : "no swizzle",
-                  pipelined ? ", pipelined" : "");
+                  pipelined ? ", pipelined" : "",
+                  s->u.copy.multicast
+                      ? arena_printf(a, ", multicast to %d CTAs (each loads 1/%d along "
+                                     "dimension %d)", s->u.copy.multicast,
+                                     s->u.copy.multicast, s->u.copy.multicast_dim)
+                      : "");
 }
 
 /* Visits block-level copies; `pipelined` is true directly inside a
- * PIPELINED loop's body (under IFs, not in a nested loop). */
-static void decide_all(TmaCtx *c, Stmt *s, bool pipelined)
+ * PIPELINED loop's body (under IFs, not in a nested loop); `uniform` while
+ * every enclosing loop bound and IF condition is cluster-uniform. */
+static void decide_all(TmaCtx *c, Stmt *s, bool pipelined, bool uniform)
 {
     if (!s)
         return;
     switch (s->kind) {
     case STMT_SEQ:
         for (int i = 0; i < s->u.seq.count; i++)
-            decide_all(c, s->u.seq.items[i], pipelined);
+            decide_all(c, s->u.seq.items[i], pipelined, uniform);
         return;
     case STMT_FOR:
-        decide_all(c, s->u.loop.body, s->u.loop.kind == LOOP_PIPELINED);
+        if (c->uniform)
+            uniform = uniform && cluster_uniform_expr(c->uniform, s->u.loop.begin) &&
+                      cluster_uniform_expr(c->uniform, s->u.loop.end);
+        decide_all(c, s->u.loop.body, s->u.loop.kind == LOOP_PIPELINED, uniform);
         return;
     case STMT_IF:
-        decide_all(c, s->u.if_.then_body, pipelined);
-        decide_all(c, s->u.if_.else_body, pipelined);
+        if (c->uniform)
+            uniform = uniform && cluster_uniform_expr(c->uniform, s->u.if_.cond);
+        decide_all(c, s->u.if_.then_body, pipelined, uniform);
+        decide_all(c, s->u.if_.else_body, pipelined, uniform);
         return;
     case STMT_COPY:
-        decide(c, s, pipelined);
+        decide(c, s, pipelined, uniform);
         return;
     default: /* PARALLEL bodies hold per-thread copies: never TMA */
         return;
@@ -442,12 +549,29 @@ static Stmt *protocols(TmaCtx *c, Stmt *s, bool pipelined)
     }
 }
 
+/* A CTA whose copies multicast must stay until its peers are done with
+ * it (their copies write into its shared memory, their consumers arrive
+ * on its barriers): it leaves through the cluster barrier at the end of
+ * the kernel, never early. */
+static void forbid_return(void *opaque, Stmt *s)
+{
+    TmaCtx *c = opaque;
+    if (s->kind == STMT_RETURN)
+        pass_error(c->diag, &c->ok, s->loc, "a kernel whose copies multicast cannot "
+                   "return early: the other CTAs of its cluster still write into its "
+                   "shared memory (the copy at line %d)", c->multicast->loc.line);
+}
+
 bool pass_lower_tma(Kernel *k, Diag *diag)
 {
     TmaCtx c = {.k = k, .diag = diag, .ok = true};
     c.facts = facts_new(k);
     pass_visit_stmts(k->body, find_gemm_operand, &c);
-    decide_all(&c, k->body, false);
+    if (cluster_size(k) > 1)
+        c.uniform = cluster_uniform_new(k);
+    decide_all(&c, k->body, false, true);
+    if (c.multicast)
+        pass_visit_stmts(k->body, forbid_return, &c);
     if (!c.ok)
         return false;
     if (k->ntensor_maps > 0)

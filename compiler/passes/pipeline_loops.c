@@ -53,7 +53,19 @@
  * (base > 0), S otherwise.
  *
  * Barriers are initialised once at the top of the kernel by thread 0,
- * followed by fence mbarrier_init and a block barrier.
+ * followed by fence mbarrier_init and a block barrier (and, with a
+ * cluster, a cluster barrier: a peer's multicast may land here from its
+ * first iteration on).
+ *
+ * When a pipe's copies multicast (lower_tma: each CTA of the cluster
+ * loads a slice of a shared box into every CTA), a producer writes every
+ * CTA's slot, so the slot is free only when the consumers of every CTA
+ * are done with it: each consumer warp releases it with arrive_cluster
+ * (one arrival on that slot's empty barrier in every CTA) and empty
+ * counts warps x CTAs.  full[s] still expects the whole box: its bytes
+ * come from every CTA's slice.  A cluster barrier ends the kernel, so no
+ * CTA exits while a peer may still arrive on its barriers
+ * (docs/hopper.md 11).
  *
  * requires: lower_tma, warp_specialize.  guarantees: no PIPELINED loop
  * remains; every TMA load has its barrier.
@@ -69,6 +81,7 @@ typedef struct {
     Stmt *prefix;        /* allocs and lets that go before the inits */
     Stmt *inits;         /* thread 0's mbarrier inits */
     PtrVec bound;        /* scratch: vars bound or assigned in a body */
+    bool multicast;      /* some pipe multicasts: cluster barriers */
     const Var *loop_var;
 } PipeCtx;
 
@@ -78,6 +91,9 @@ typedef struct {
     int64_t stages;
     Buffer *full, *empty;
     PtrVec versioned;
+    int multicast;       /* > 1: its copies multicast to that many CTAs,
+                            so every CTA's consumers release the slot in
+                            every CTA (arrive_cluster) */
     Var *base;           /* nested loops: iterations of earlier runs */
     Var *consumer_base;  /* the same count, kept by the consumer of a pair */
 } Pipe;
@@ -132,6 +148,27 @@ static void destinations(Kernel *k, const Stmt *s, PtrVec *out)
         destinations(k, s->u.if_.else_body, out);
     } else if (async_is_pipe_copy(s) && !member(out, s->u.copy.dst.buffer))
         vec_push(k->arena, out, s->u.copy.dst.buffer);
+}
+
+/* The CTAs the pipe copies of a skeleton multicast to (0: none). */
+static int skeleton_multicast(const Stmt *s)
+{
+    if (!s)
+        return 0;
+    int most = 0;
+    if (s->kind == STMT_SEQ) {
+        for (int i = 0; i < s->u.seq.count; i++) {
+            int n = skeleton_multicast(s->u.seq.items[i]);
+            most = n > most ? n : most;
+        }
+    } else if (s->kind == STMT_IF) {
+        int a = skeleton_multicast(s->u.if_.then_body);
+        int b = skeleton_multicast(s->u.if_.else_body);
+        most = a > b ? a : b;
+    } else if (async_is_pipe_copy(s)) {
+        most = s->u.copy.multicast;
+    }
+    return most;
 }
 
 static bool expr_reads(const Expr *e, const PtrVec *set)
@@ -453,8 +490,12 @@ static void make_rings(PipeCtx *c, Pipe *p, Loc loc)
     Stmt *body = ir_seq(k, NULL, 0);
     ir_seq_append(k, body, async_mbarrier(k, MBAR_INIT, p->full, ir_var(k, slot),
                                           pass_index(k, 1), loc));
+    /* a multicast slot is released by every warp of every CTA (one
+     * arrive_cluster per warp reaches each CTA), else by every thread */
+    int64_t releases = p->multicast ? (int64_t)(k->compute_threads / 32) * p->multicast
+                                    : k->compute_threads;
     ir_seq_append(k, body, async_mbarrier(k, MBAR_INIT, p->empty, ir_var(k, slot),
-                                          pass_index(k, k->compute_threads), loc));
+                                          pass_index(k, releases), loc));
     Stmt *loop = ir_new_stmt(k, STMT_FOR, loc);
     loop->u.loop.var = slot;
     loop->u.loop.begin = pass_index(k, 0);
@@ -511,6 +552,14 @@ static void serialize(Stmt *loop)
     loop->u.loop.pipe_id = 0;
 }
 
+/* The consumers' release of a slot: arrive, or arrive_cluster when the
+ * slot is filled by multicasts (a producer in any CTA writes it). */
+static Stmt *release_slot(Kernel *k, const Pipe *p, Var *stage, Loc loc)
+{
+    return async_mbarrier(k, p->multicast ? MBAR_ARRIVE_CLUSTER : MBAR_ARRIVE, p->empty,
+                          ir_var(k, stage), NULL, loc);
+}
+
 /* Lagged release in global iteration it: `if it >= 1 { let stage of
  * it - 1; [let parity of it - 1;] arrive empty[that stage] }`; the caller
  * may append to the IF's then body, which sees the lets (parity may be
@@ -531,8 +580,7 @@ static Stmt *release_previous(Kernel *k, const Pipe *p, Var *it, Var **stage,
         Expr *round = pass_div(k, ir_var(k, prev), pass_index(k, S));
         ir_seq_append(k, body, let(k, *parity, pass_mod(k, round, pass_index(k, 2)), loc));
     }
-    ir_seq_append(k, body, async_mbarrier(k, MBAR_ARRIVE, p->empty, ir_var(k, *stage),
-                                          NULL, loc));
+    ir_seq_append(k, body, release_slot(k, p, *stage, loc));
     Expr *later = ir_binary(k, BIN_GE, ir_var(k, it), pass_index(k, 1));
     return async_if(k, later, body, loc);
 }
@@ -610,7 +658,7 @@ static Stmt *pipeline_both(PipeCtx *c, Pipe *p, Stmt *skeleton)
     if (lag)
         release = release_previous(k, p, it, &free_stage, &free_parity, loc);
     else
-        release = async_mbarrier(k, MBAR_ARRIVE, p->empty, ir_var(k, stage), NULL, loc);
+        release = release_slot(k, p, stage, loc);
     Stmt *issue = ir_seq(k, NULL, 0);
     ir_seq_append(k, issue, async_mbarrier(k, MBAR_WAIT, p->empty, ir_var(k, free_stage),
                                            ir_var(k, free_parity), loc));
@@ -674,8 +722,7 @@ static void pipeline_pair(PipeCtx *c, Pipe *p)
         Var *prev_stage;
         ir_seq_append(k, cbody, release_previous(k, p, cit, &prev_stage, NULL, loc));
     } else {
-        ir_seq_append(k, cbody, async_mbarrier(k, MBAR_ARRIVE, p->empty,
-                                               ir_var(k, cstage), NULL, loc));
+        ir_seq_append(k, cbody, release_slot(k, p, cstage, loc));
     }
 
     Reindex r = {.k = k, .versioned = &p->versioned, .stage = pstage, .full = p->full};
@@ -779,6 +826,13 @@ bool pass_pipeline_loops(Kernel *k, Diag *diag)
         Stmt *skeleton = role == PIPE_PRODUCER ? loop->u.loop.body
                                                : async_skeleton(k, loop->u.loop.body);
         destinations(k, skeleton, &p.versioned);
+        p.multicast = skeleton_multicast(skeleton);
+        if (p.multicast && k->compute_threads % 32 != 0) {
+            pass_error(diag, &c.ok, loop->loc, "a pipelined loop whose copies multicast "
+                       "needs whole warps (%d threads)", k->compute_threads);
+            continue;
+        }
+        c.multicast = c.multicast || p.multicast;
         if (p.versioned.count == 0) { /* nothing asynchronous to overlap */
             serialize(loop);
             if (p.consumer)
@@ -845,5 +899,8 @@ bool pass_pipeline_loops(Kernel *k, Diag *diag)
     if (c.inits->u.seq.count)
         async_prepend_init(k, c.prefix->u.seq.items, c.prefix->u.seq.count, c.inits,
                            k->body->loc);
+    if (c.multicast) /* no CTA leaves while its peers may still write into
+                        its shared memory or arrive on its barriers */
+        ir_seq_append(k, k->body, async_fence(k, FENCE_CLUSTER_SYNC, 0, k->body->loc));
     return true;
 }

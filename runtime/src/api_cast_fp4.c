@@ -473,6 +473,23 @@ tk_status tk_per_token_cast_quantized(const tk_tensor *x, const tk_tensor *x_sf,
 
 /* ---- cast_back from packed FP4 ---------------------------------------------- */
 
+/* The shift that maps an index below `extent` to its block of `block`
+ * (index / block), or -1 where only a division does: log2 of a
+ * power-of-two block, and for a block spanning the whole extent any
+ * shift with 2^shift >= extent (every index maps to block 0). */
+static int tk__block_shift(int block, int64_t extent)
+{
+    if (block >= extent) {
+        int shift = 0;
+        while (shift < 30 && (INT64_C(1) << shift) < extent)
+            shift++;
+        return (INT64_C(1) << shift) >= extent ? shift : -1;
+    }
+    if ((block & (block - 1)) != 0)
+        return -1;
+    return tk__log2(block);
+}
+
 tk_status tk__cast_back_fp4(const char *function, const tk_tensor *x,
                             const tk_tensor *sf, bool packed, int block_m,
                             int block_k, const tk_tensor *out, tk_stream stream)
@@ -499,13 +516,14 @@ tk_status tk__cast_back_fp4(const char *function, const tk_tensor *x,
             expected.strides[d] = sf->strides[d];
     tk_tensor sf_bytes = tk__sf_bytes(sf, &expected, packed);
     tk_tensor input = tk__as_bytes(x);
+    int lbm = tk__block_shift(block_m, tokens), lbk = tk__block_shift(block_k, hidden);
     if (out->dtype == TK_BF16) {
         tk__set_last_instance("cast_back_fp4__bf16");
-        return tkl_cast_back_fp4__bf16(&input, &sf_bytes, out, block_m, block_k,
+        return tkl_cast_back_fp4__bf16(&input, &sf_bytes, out, block_m, block_k, lbm, lbk,
                                        packed, stream);
     }
     tk__set_last_instance("cast_back_fp4__f32");
-    return tkl_cast_back_fp4__f32(&input, &sf_bytes, out, block_m, block_k,
+    return tkl_cast_back_fp4__f32(&input, &sf_bytes, out, block_m, block_k, lbm, lbk,
                                   packed, stream);
 }
 

@@ -6,18 +6,17 @@
  * Each function validates the TileKernels-level arguments and picks one
  * instance:
  *
- *   per_channel_cast__plain__<in>[_round]            in = bf16, f32
- *   per_channel_cast__<in>[_gather][_round]          in = bf16, f32, e4m3
+ *   per_channel_cast__plain__<in>[_gather][_round]   in = bf16, f32
+ *   per_channel_cast__e4m3[_gather][_round]
  *   per_channel_cast_and_transpose__bm<32|128>[_round]
  *
- * The plain instances (tile in registers, no gather or input-scale
- * operands) take every cast without a gather and without input scales;
- * the general kernel takes the rest.
+ * The plain kernel (tile in registers) takes float input, the general one
+ * quantised e4m3 input with its scales.
  *
  * tk_per_channel_cast is tk_per_channel_cast_fused without a gather or
- * input scales, as in TileKernels.  The kernel of the fused cast always
- * takes the input-scale and gather tensors; the instances that do not
- * read them get empty descriptors (no data), which the launchers accept.
+ * input scales, as in TileKernels.  Both kernels of the fused cast always
+ * take the gather tensor; the instances that do not read it get an empty
+ * descriptor (no data), which the launchers accept.
  * Scales are f32 (ceil(rows / num_per_tokens), H), contiguous: the
  * TK_SF_ROW_MAJOR layout of (num_per_tokens, 1) blocks (tk_sf_desc).
  */
@@ -40,19 +39,41 @@ typedef tk_status (*tk__channel_launcher)(const tk_tensor *x,
                                           const tk_tensor *out,
                                           const tk_tensor *sf,
                                           tk_stream stream);
+typedef tk_status (*tk__plain_channel_launcher)(const tk_tensor *x,
+                                                const tk_tensor *pos,
+                                                const tk_tensor *out,
+                                                const tk_tensor *sf,
+                                                tk_stream stream);
 typedef tk_status (*tk__transpose_cast_launcher)(const tk_tensor *x,
                                                  const tk_tensor *out,
                                                  const tk_tensor *sf,
                                                  tk_stream stream);
 
+/* Quantised (e4m3) input. */
 static const struct {
-    tk_dtype in;
     bool gather, round_sf;
     const char *name;
     tk__channel_launcher launcher;
 } tk__channel_instances[] = {
-#define TK_INSTANCE(IN, gather, round, label) \
-    {IN, gather, round, "per_channel_cast__" #label, tkl_per_channel_cast__##label}
+#define TK_INSTANCE(gather, round, label) \
+    {gather, round, "per_channel_cast__" #label, tkl_per_channel_cast__##label}
+    TK_INSTANCE(false, false, e4m3),
+    TK_INSTANCE(false, true, e4m3_round),
+    TK_INSTANCE(true, false, e4m3_gather),
+    TK_INSTANCE(true, true, e4m3_gather_round),
+#undef TK_INSTANCE
+};
+
+/* Float input. */
+static const struct {
+    tk_dtype in;
+    bool gather, round_sf;
+    const char *name;
+    tk__plain_channel_launcher launcher;
+} tk__plain_channel_instances[] = {
+#define TK_INSTANCE(IN, gather, round, label)                            \
+    {IN, gather, round, "per_channel_cast__plain__" #label,              \
+     tkl_per_channel_cast__plain__##label}
     TK_INSTANCE(TK_BF16, false, false, bf16),
     TK_INSTANCE(TK_BF16, false, true, bf16_round),
     TK_INSTANCE(TK_BF16, true, false, bf16_gather),
@@ -61,31 +82,6 @@ static const struct {
     TK_INSTANCE(TK_F32, false, true, f32_round),
     TK_INSTANCE(TK_F32, true, false, f32_gather),
     TK_INSTANCE(TK_F32, true, true, f32_gather_round),
-    TK_INSTANCE(TK_E4M3, false, false, e4m3),
-    TK_INSTANCE(TK_E4M3, false, true, e4m3_round),
-    TK_INSTANCE(TK_E4M3, true, false, e4m3_gather),
-    TK_INSTANCE(TK_E4M3, true, true, e4m3_gather_round),
-#undef TK_INSTANCE
-};
-
-typedef tk_status (*tk__plain_channel_launcher)(const tk_tensor *x,
-                                                const tk_tensor *out,
-                                                const tk_tensor *sf,
-                                                tk_stream stream);
-
-static const struct {
-    tk_dtype in;
-    bool round_sf;
-    const char *name;
-    tk__plain_channel_launcher launcher;
-} tk__plain_channel_instances[] = {
-#define TK_INSTANCE(IN, round, label)                                    \
-    {IN, round, "per_channel_cast__plain__" #label,                      \
-     tkl_per_channel_cast__plain__##label}
-    TK_INSTANCE(TK_BF16, false, bf16),
-    TK_INSTANCE(TK_BF16, true, bf16_round),
-    TK_INSTANCE(TK_F32, false, f32),
-    TK_INSTANCE(TK_F32, true, f32_round),
 #undef TK_INSTANCE
 };
 
@@ -292,30 +288,26 @@ tk_status tk_per_channel_cast_fused(const tk_tensor *x, const tk_tensor *x_sf,
     tk_tensor input = *x;
     if (tokens <= 1)
         input.strides[0] = hidden;
-    tk_tensor scales_in = quantized ? *x_sf : tk__unused_operand(TK_F32, 2);
     tk_tensor positions_in =
         pos_to_token ? *pos_to_token : tk__unused_operand(TK_I32, 1);
     bool gather = pos_to_token != NULL;
-    /* without a gather the rows are a multiple of 128 (checked above) */
-    for (int i = 0; !gather && !quantized &&
-                    i < TK_COUNT(tk__plain_channel_instances);
+    for (int i = 0; !quantized && i < TK_COUNT(tk__plain_channel_instances);
          i++) {
         if (tk__plain_channel_instances[i].in != x->dtype ||
+            tk__plain_channel_instances[i].gather != gather ||
             tk__plain_channel_instances[i].round_sf != round_sf)
             continue;
         tk__set_last_instance(tk__plain_channel_instances[i].name);
-        return tk__plain_channel_instances[i].launcher(&input, out, out_sf,
-                                                       stream);
+        return tk__plain_channel_instances[i].launcher(&input, &positions_in,
+                                                       out, out_sf, stream);
     }
-    for (int i = 0; i < TK_COUNT(tk__channel_instances); i++) {
-        if (tk__channel_instances[i].in != x->dtype ||
-            tk__channel_instances[i].gather != gather ||
+    for (int i = 0; quantized && i < TK_COUNT(tk__channel_instances); i++) {
+        if (tk__channel_instances[i].gather != gather ||
             tk__channel_instances[i].round_sf != round_sf)
             continue;
         tk__set_last_instance(tk__channel_instances[i].name);
-        return tk__channel_instances[i].launcher(&input, &scales_in,
-                                                 &positions_in, out, out_sf,
-                                                 stream);
+        return tk__channel_instances[i].launcher(&input, x_sf, &positions_in,
+                                                 out, out_sf, stream);
     }
     /* Every combination admitted above has an instance. */
     return tk__fail(TK_ERROR_UNSUPPORTED, "%s: no instance for %s input",

@@ -19,6 +19,11 @@
  * (a tensor map cannot describe an empty matrix); M == 0 or N == 0 does
  * nothing.
  *
+ * The cluster instances of the fp8 GEMM (TK__GEMM_CLUSTER2*, _WIDE_CLUSTER2)
+ * run two blocks per cluster that share one operand tile through TMA
+ * multicast (docs/hopper.md 11); the launchers round the grid up to whole
+ * clusters and launch through cuLaunchKernelEx.
+ *
  * The persistent instances of gemm_bf16 (kernels/gemm_persistent.tk) take
  * the SM count of the current context's device, read once per device
  * through the driver table and cached: the kernel launches min(SMs,
@@ -60,13 +65,22 @@ static const struct {
     {"gemm_bf16_persistent__band16", NULL, tkl_gemm_bf16_persistent__band16},
 };
 
+/* The fp8 instances, by variant (the persistent ones do not exist). */
 static const struct {
+    tk__gemm_variant variant;
     const char *name;
     tk__gemm_fp8_launcher launcher;
 } tk__gemm_fp8_instances[] = {
-    {"gemm_fp8_blockscaled__default", tkl_gemm_fp8_blockscaled__default},
-    {"gemm_fp8_blockscaled__tma_off", tkl_gemm_fp8_blockscaled__tma_off},
-    {"gemm_fp8_blockscaled__ws_off", tkl_gemm_fp8_blockscaled__ws_off},
+    {TK__GEMM_DEFAULT, "gemm_fp8_blockscaled__default", tkl_gemm_fp8_blockscaled__default},
+    {TK__GEMM_TMA_OFF, "gemm_fp8_blockscaled__tma_off", tkl_gemm_fp8_blockscaled__tma_off},
+    {TK__GEMM_WS_OFF, "gemm_fp8_blockscaled__ws_off", tkl_gemm_fp8_blockscaled__ws_off},
+    {TK__GEMM_WIDE, "gemm_fp8_blockscaled_wide__default",
+     tkl_gemm_fp8_blockscaled_wide__default},
+    {TK__GEMM_CLUSTER2, "gemm_fp8_blockscaled__cluster2", tkl_gemm_fp8_blockscaled__cluster2},
+    {TK__GEMM_CLUSTER2_WS_OFF, "gemm_fp8_blockscaled__cluster2_ws_off",
+     tkl_gemm_fp8_blockscaled__cluster2_ws_off},
+    {TK__GEMM_WIDE_CLUSTER2, "gemm_fp8_blockscaled_wide__cluster2",
+     tkl_gemm_fp8_blockscaled_wide__cluster2},
 };
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
@@ -261,10 +275,14 @@ tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a, const tk_tensor *
     static const char function[] = "tk_gemm_fp8_blockscaled";
     tk__set_last_instance(NULL);
     tk_status status;
-    bool wide = variant == TK__GEMM_WIDE;
-    if ((!wide && (status = tk__check_variant(function, variant,
-                                              TK_COUNT(tk__gemm_fp8_instances)))) ||
-        (status = tk__check_operands(function, a, b, d, TK_E4M3, 16)))
+    int instance = -1;
+    for (int i = 0; i < TK_COUNT(tk__gemm_fp8_instances); i++)
+        if (tk__gemm_fp8_instances[i].variant == variant)
+            instance = i;
+    if (instance < 0)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT, "%s: unknown instance variant %d",
+                        function, (int)variant);
+    if ((status = tk__check_operands(function, a, b, d, TK_E4M3, 16)))
         return status;
     int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];
     tk_tensor sfa_storage;
@@ -281,12 +299,8 @@ tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a, const tk_tensor *
         scales_b.strides[0] = scales_b.shape[1];
     if (scales_b.shape[1] == 1)
         scales_b.strides[1] = 1;
-    if (wide) {
-        tk__set_last_instance("gemm_fp8_blockscaled_wide__default");
-        return tkl_gemm_fp8_blockscaled_wide__default(a, &sfa_storage, b, &scales_b, d, stream);
-    }
-    tk__set_last_instance(tk__gemm_fp8_instances[variant].name);
-    return tk__gemm_fp8_instances[variant].launcher(a, &sfa_storage, b, &scales_b, d, stream);
+    tk__set_last_instance(tk__gemm_fp8_instances[instance].name);
+    return tk__gemm_fp8_instances[instance].launcher(a, &sfa_storage, b, &scales_b, d, stream);
 }
 
 tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a, const tk_tensor *sfa,

@@ -12,7 +12,8 @@
 
 /* Which instance of a GEMM kernel a call launches.  The persistent ones
  * exist for gemm_bf16 only (kernels/gemm_persistent.tk: one block per SM
- * looping over the tiles); the fp8 GEMM rejects them. */
+ * looping over the tiles); the fp8 GEMM rejects them.  The wide and
+ * cluster ones (docs/hopper.md 11) exist for the fp8 GEMM only. */
 typedef enum tk__gemm_variant {
     TK__GEMM_DEFAULT = 0,           /* TMA and warp specialisation where legal */
     TK__GEMM_TMA_OFF = 1,           /* copies through registers, no tensor maps */
@@ -20,7 +21,10 @@ typedef enum tk__gemm_variant {
     TK__GEMM_PERSISTENT = 3,        /* bf16: persistent, warp-specialised */
     TK__GEMM_PERSISTENT_WS_OFF = 4, /* bf16: persistent, no producer warpgroup */
     TK__GEMM_PERSISTENT_BAND16 = 5, /* bf16: persistent, bands of 16 tile rows */
-    TK__GEMM_WIDE = 6               /* fp8: 256 x 128 tiles (gemm_fp8_wide.tk) */
+    TK__GEMM_WIDE = 6,              /* fp8: 256 x 128 tiles (gemm_fp8_wide.tk) */
+    TK__GEMM_CLUSTER2 = 7,          /* fp8: 128 x 128, clusters of 2 sharing B */
+    TK__GEMM_CLUSTER2_WS_OFF = 8,   /* fp8: the same without a producer warpgroup */
+    TK__GEMM_WIDE_CLUSTER2 = 9      /* fp8: 256 x 128, clusters of 2 sharing A */
 } tk__gemm_variant;
 
 /* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)

@@ -1,13 +1,13 @@
 /*
  * api_swiglu.c -- the fused SwiGLU casts (tilekernels-spec.md 6.9, 6.10,
- * 6.11; kernels/swiglu.tk):
+ * 6.11; kernels/swiglu.tk, the backward in kernels/swiglu_backward.tk):
  *
  *   tk_swiglu_forward_and_per_token_cast
  *       swiglu_forward_per_token_cast__<in>[_packed][_count]  npc == 128
  *       swiglu_forward_per_row_cast__<in>             npc == I
  *   tk_swiglu_backward_and_per_token_cast
  *       swiglu_backward_clear_weight_grad__default, then
- *       swiglu_backward_per_token_cast__npc<32|128>
+ *       swiglu_backward_per_token_cast__npc<32|128>[_clamp]
  *   tk_swiglu_forward_and_per_channel_cast_and_transpose
  *       swiglu_forward_per_channel_cast__bm<32|128>[_t]
  *
@@ -390,19 +390,24 @@ typedef tk_status (*tk__swiglu_backward_launcher)(
     const tk_tensor *weight, const tk_tensor *pos_to_token_topk,
     const tk_tensor *out, const tk_tensor *x_grad_fp8,
     const tk_tensor *x_grad_sf, const tk_tensor *x_grad,
-    const tk_tensor *weight_grad, bool use_clamp, float clamp, bool round_sf,
+    const tk_tensor *weight_grad, float clamp, bool round_sf,
     tk_stream stream);
 
+/* The clamp is an instance property: without it the kernel has no clamp
+ * selects at all (kernels/swiglu_backward.tk). */
 static const struct {
     int num_per_channels;
+    bool clamp;
     const char *name;
     tk__swiglu_backward_launcher launcher;
 } tk__swiglu_backward_instances[] = {
-#define TK_INSTANCE(npc, label)                                        \
-    {npc, "swiglu_backward_per_token_cast__" #label,                   \
+#define TK_INSTANCE(npc, clamp, label)                                 \
+    {npc, clamp, "swiglu_backward_per_token_cast__" #label,            \
      tkl_swiglu_backward_per_token_cast__##label}
-    TK_INSTANCE(32, npc32),
-    TK_INSTANCE(128, npc128),
+    TK_INSTANCE(32, false, npc32),
+    TK_INSTANCE(128, false, npc128),
+    TK_INSTANCE(32, true, npc32_clamp),
+    TK_INSTANCE(128, true, npc128_clamp),
 #undef TK_INSTANCE
 };
 
@@ -470,10 +475,12 @@ tk_status tk_swiglu_backward_and_per_token_cast(
                                    TK_F32, 2, weight_shape, weight_meaning)))
         return status;
 
+    bool use_clamp = swiglu_clamp_value != NULL;
     int instance = -1;
     for (int i = 0; i < TK_SWIGLU_COUNT(tk__swiglu_backward_instances); i++)
         if (tk__swiglu_backward_instances[i].num_per_channels ==
-            num_per_channels)
+                num_per_channels &&
+            tk__swiglu_backward_instances[i].clamp == use_clamp)
             instance = i;
     /* weight_grad is zeroed, then every row adds its sum into its entry;
      * entries no row maps to (token_topk_to_pos == -1) stay 0. */
@@ -492,12 +499,11 @@ tk_status tk_swiglu_backward_and_per_token_cast(
     tk_tensor sf_halves = tk__swiglu_halves(x_sf);
     tk_tensor grad_sf_halves = tk__swiglu_halves(x_grad_sf);
     tk_tensor weight_flat = tk__swiglu_flat(weight);
-    bool use_clamp = swiglu_clamp_value != NULL;
     tk__set_last_instance(tk__swiglu_backward_instances[instance].name);
     return tk__swiglu_backward_instances[instance].launcher(
         &x_halves, &sf_halves, grad_out, &weight_flat, pos_to_token_topk, out,
         &grad_halves, &grad_sf_halves, &x_grad_halves, &weight_grad_flat,
-        use_clamp, use_clamp ? *swiglu_clamp_value : 0.0f, round_sf, stream);
+        use_clamp ? *swiglu_clamp_value : 0.0f, round_sf, stream);
 }
 
 /* ---- swiglu_forward_and_per_channel_cast_and_transpose ------------------- */

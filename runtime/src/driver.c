@@ -37,8 +37,11 @@ static const struct {
     const char *name;
     const char *symbol;
     size_t offset;
+    bool optional;  /* missing: the member stays NULL; its user reports */
 } tk__driver_entries[] = {
-#define TK_ENTRY(member, name, symbol) {name, symbol, offsetof(tk__driver_api, member)}
+#define TK_ENTRY(member, name, symbol) {name, symbol, offsetof(tk__driver_api, member), false}
+#define TK_OPTIONAL(member, name, symbol) \
+    {name, symbol, offsetof(tk__driver_api, member), true}
     TK_ENTRY(cuInit, "cuInit", "cuInit"),
     TK_ENTRY(cuDriverGetVersion, "cuDriverGetVersion", "cuDriverGetVersion"),
     TK_ENTRY(cuDeviceGet, "cuDeviceGet", "cuDeviceGet"),
@@ -88,6 +91,9 @@ static const struct {
              "cuOccupancyMaxActiveBlocksPerMultiprocessor",
              "cuOccupancyMaxActiveBlocksPerMultiprocessor"),
     TK_ENTRY(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled"),
+    /* only cluster launches need it (launch.c says so when it is missing) */
+    TK_OPTIONAL(cuLaunchKernelEx, "cuLaunchKernelEx", "cuLaunchKernelEx"),
+#undef TK_OPTIONAL
 #undef TK_ENTRY
 };
 #define TK_DRIVER_ENTRY_COUNT \
@@ -178,6 +184,8 @@ static void tk__driver_load(void)
         }
         if (function == NULL)
             function = dlsym(library, tk__driver_entries[i].symbol);
+        if (function == NULL && tk__driver_entries[i].optional)
+            continue;
         if (function == NULL) {
             tk__driver_load_failed(TK_ERROR_DRIVER,
                                    "CUDA driver (libcuda.so.1) lacks %s; "

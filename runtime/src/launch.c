@@ -2,7 +2,9 @@
  * launch.c -- loads the embedded cubin and launches its kernels.
  *
  * The generated launchers (tk_kernels.h) validate their arguments and then
- * call tk__launch() with the PTX entry name.  The first launch in a context
+ * call tk__launch() with the PTX entry name, or tk__launch_cluster() for a
+ * kernel compiled for clusters (.reqnctapercluster), which goes through
+ * cuLaunchKernelEx with the cluster dimension attribute.  The first launch in a context
  * loads the cubin into it (a module lives in one context, and an
  * application may use several); every kernel's CUfunction is then cached
  * per (context, name) in an open-addressing hash table, so later launches
@@ -166,6 +168,81 @@ static tk_status tk__function(const tk__driver_api *api, CUcontext context,
     return TK_SUCCESS;
 }
 
+/* The driver and the cached function of `name` in the current context,
+ * allowing shared_bytes of dynamic shared memory. */
+static tk_status tk__prepare(const char *name, uint32_t shared_bytes,
+                             const tk__driver_api **api, CUfunction *function)
+{
+    tk_status status = tk__driver(api);
+    if (status != TK_SUCCESS)
+        return status;
+    CUcontext context;
+    CUresult result = (*api)->cuCtxGetCurrent(&context);
+    if (result != CUDA_SUCCESS)
+        return tk__cuda_fail(TK_ERROR_DRIVER, result, "cuCtxGetCurrent");
+    pthread_mutex_lock(&tk__launch_mutex);
+    status = tk__function(*api, context, name, shared_bytes, function);
+    pthread_mutex_unlock(&tk__launch_mutex);
+    return status;
+}
+
+tk_status tk__launch_cluster(const char *name, const uint32_t grid[3],
+                             const uint32_t cluster[3], uint32_t threads,
+                             uint32_t shared_bytes, void **params, tk_stream stream)
+{
+    /* Launchers are generated, so these are libtk bugs; still no crash. */
+    if (name == NULL || grid == NULL || cluster == NULL || threads == 0 ||
+        shared_bytes > INT32_MAX)
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                        "tk__launch_cluster: bad launch of '%s'",
+                        name ? name : "(null)");
+    for (int d = 0; d < 3; d++)
+        if (cluster[d] == 0 || grid[d] % cluster[d] != 0)
+            return tk__fail(TK_ERROR_INVALID_ARGUMENT,
+                            "tk__launch_cluster: '%s': grid dimension %d (%u) is not a "
+                            "multiple of the cluster's (%u)",
+                            name, d, grid[d], cluster[d]);
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0)
+        return TK_SUCCESS; /* an empty grid launches nothing */
+
+    const tk__driver_api *api;
+    CUfunction function = NULL;
+    tk_status status = tk__prepare(name, shared_bytes, &api, &function);
+    if (status != TK_SUCCESS)
+        return status;
+    if (api->cuLaunchKernelEx == NULL)
+        return tk__fail(TK_ERROR_UNSUPPORTED,
+                        "kernel '%s' is launched in clusters, which needs "
+                        "cuLaunchKernelEx; this CUDA driver does not have it "
+                        "(CUDA 12 or newer does)", name);
+    CUlaunchAttribute attribute;
+    memset(&attribute, 0, sizeof attribute);
+    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim.x = cluster[0];
+    attribute.value.clusterDim.y = cluster[1];
+    attribute.value.clusterDim.z = cluster[2];
+    CUlaunchConfig config;
+    memset(&config, 0, sizeof config);
+    config.gridDimX = grid[0];
+    config.gridDimY = grid[1];
+    config.gridDimZ = grid[2];
+    config.blockDimX = threads;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = shared_bytes;
+    config.hStream = (CUstream)stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    CUresult result = api->cuLaunchKernelEx(&config, function, params, NULL);
+    if (result != CUDA_SUCCESS)
+        return tk__cuda_fail(TK_ERROR_LAUNCH, result,
+                             "launching '%s' (grid %u x %u x %u in clusters of "
+                             "%u x %u x %u, %u threads, %u bytes of shared memory)",
+                             name, grid[0], grid[1], grid[2], cluster[0], cluster[1],
+                             cluster[2], threads, shared_bytes);
+    return TK_SUCCESS;
+}
+
 tk_status tk__launch(const char *name, const uint32_t grid[3],
                      uint32_t threads, uint32_t shared_bytes, void **params,
                      tk_stream stream)
@@ -179,22 +256,12 @@ tk_status tk__launch(const char *name, const uint32_t grid[3],
         return TK_SUCCESS; /* an empty grid launches nothing */
 
     const tk__driver_api *api;
-    tk_status status = tk__driver(&api);
-    if (status != TK_SUCCESS)
-        return status;
-    CUcontext context;
-    CUresult result = api->cuCtxGetCurrent(&context);
-    if (result != CUDA_SUCCESS)
-        return tk__cuda_fail(TK_ERROR_DRIVER, result, "cuCtxGetCurrent");
-
     CUfunction function = NULL;
-    pthread_mutex_lock(&tk__launch_mutex);
-    status = tk__function(api, context, name, shared_bytes, &function);
-    pthread_mutex_unlock(&tk__launch_mutex);
+    tk_status status = tk__prepare(name, shared_bytes, &api, &function);
     if (status != TK_SUCCESS)
         return status;
 
-    result = api->cuLaunchKernel(function, grid[0], grid[1], grid[2], threads,
+    CUresult result = api->cuLaunchKernel(function, grid[0], grid[1], grid[2], threads,
                                  1, 1, shared_bytes, (CUstream)stream, params,
                                  NULL);
     if (result != CUDA_SUCCESS)

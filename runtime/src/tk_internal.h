@@ -77,6 +77,8 @@ typedef struct tk__driver_api {
                                           void **);
     CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction,
                                                            int, size_t);
+    /* cluster launches (launch.c); NULL when the driver lacks it */
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
     /* TMA descriptors (tensor_map.c) */
     CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType,
                                        cuuint32_t, void *, const cuuint64_t *,
@@ -103,6 +105,16 @@ TK_INTERNAL const char *tk__dtype_name(tk_dtype dtype);
 TK_INTERNAL tk_status tk__launch(const char *name, const uint32_t grid[3],
                                  uint32_t threads, uint32_t shared_bytes,
                                  void **params, tk_stream stream);
+
+/* tk__launch for a kernel with a cluster (.reqnctapercluster): launches
+ * through cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION.
+ * Each grid dimension must be a multiple of the cluster's (the generated
+ * launchers round it up).  A driver without cuLaunchKernelEx is
+ * TK_ERROR_UNSUPPORTED. */
+TK_INTERNAL tk_status tk__launch_cluster(const char *name, const uint32_t grid[3],
+                                         const uint32_t cluster[3], uint32_t threads,
+                                         uint32_t shared_bytes, void **params,
+                                         tk_stream stream);
 
 /* The CUtensorMap of a TMA copy (docs/hopper.md 8; tensor_map.c): the
  * tensor's dtype (8-bit floats as UINT8), dims and byte strides innermost

@@ -5,7 +5,7 @@
  * test_tkc.c generates tk_kernels.h into a scratch directory and compiles
  * this file against it with the launcher definitions enabled.  The
  * runtime entry points the launchers call (tk__fail, tk__launch,
- * tk__dtype_name, tk__tensor_map) are replaced here by recorders, so
+ * tk__launch_cluster, tk__dtype_name, tk__tensor_map) are replaced here by recorders, so
  * every check can see the status, the message and what would have been
  * launched.  Prints one
  * line per failed expectation and exits with the number of failures.
@@ -48,6 +48,17 @@ tk_status tk__launch(const char *name, const uint32_t grid[3], uint32_t threads,
     launched_shared = shared_bytes;
     for (int i = 0; i < 2; i++) launched_pointers[i] = *(CUdeviceptr *)params[i];
     return TK_SUCCESS;
+}
+
+/* Launchers of cluster kernels (docs/hopper.md 11) record like
+ * tk__launch; the grid they pass is already whole clusters. */
+tk_status tk__launch_cluster(const char *name, const uint32_t grid[3], const uint32_t cluster[3],
+                             uint32_t threads, uint32_t shared_bytes, void **params,
+                             tk_stream stream) {
+    for (int d = 0; d < 3; d++)
+        if (cluster[d] == 0 || grid[d] % cluster[d] != 0)
+            return tk__fail(TK_ERROR_INVALID_ARGUMENT, "%s: grid not whole clusters", name);
+    return tk__launch(name, grid, threads, shared_bytes, params, stream);
 }
 
 /* Launchers of kernels with TMA copies encode their tensor maps before
