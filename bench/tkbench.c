@@ -8,8 +8,10 @@
  * kernel is launched once to warm up, its output checked bit-exactly
  * against the CPU reference (a fast wrong kernel must not pass), then
  * timed --iters times (default 100) with CUDA events around each launch,
- * the L2 flushed before each one by a cuMemsetD32 over 256 MiB outside
- * the timed region; the median is reported.  Bytes moved = every input
+ * the L2 flushed before each one outside the timed region (by reading a
+ * 256 MiB buffer, bench/flush.c; --flush memset for the older memset
+ * flush, which leaves dirty lines the timed kernel must write back); the
+ * median is reported.  Bytes moved = every input
  * read once + every output written once (scale factors included, at their
  * logical size, as TileKernels' count_bytes counts them).
  *
@@ -24,7 +26,7 @@
  * SM clock and power read through NVML (bench/clock.c) under load, and
  * more CSV columns.
  *
- * Usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE]
+ * Usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE] [--flush read|memset]
  * Exit status: 0 all checks passed, 1 a check or launch failed, 2 no
  * device or a setup error.
  */
@@ -34,13 +36,13 @@
 
 #include "bench.h"
 #include "clock.h"
+#include "flush.h"
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
 
 #define COPY_BYTES ((size_t)4 << 30)  /* the copy-rate buffer: 4 GiB      */
 #define COPY_RUNS 20
-#define FLUSH_BYTES ((size_t)256 << 20) /* > the H200's 60 MB L2           */
 #define DEFAULT_ITERS 100
 #define INPUT_SEED 20240601
 
@@ -111,7 +113,7 @@ typedef struct result {
 /* Everything one run needs; passed around instead of globals. */
 typedef struct bench_context {
     const tk__driver_api *api;
-    CUdeviceptr flush;
+    tkb_flush flush;
     CUevent start, stop;
     int iters;
     double copy_gbs;
@@ -420,8 +422,7 @@ typedef tk_status (*launch_fn)(void *state);
  * detail) or driver call (reported on stderr). */
 static bool time_one(bench_context *ctx, launch_fn launch_once, void *state, unsigned pattern,
                      float *ms, char *detail, size_t size) {
-    if (!CU(ctx, cuMemsetD32(ctx->flush, pattern, FLUSH_BYTES / 4)) ||
-        !CU(ctx, cuEventRecord(ctx->start, NULL)))
+    if (!tkb_flush_run(&ctx->flush, pattern) || !CU(ctx, cuEventRecord(ctx->start, NULL)))
         return false;
     tk_status status = launch_once(state);
     if (status != TK_SUCCESS) {
@@ -704,10 +705,12 @@ static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
 /* ---- driver ------------------------------------------------------------------- */
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE]\n"
+    fprintf(out, "usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE] [--flush read|memset]\n"
                  "  --filter SUBSTR  run only benchmarks whose label contains SUBSTR\n"
                  "  --iters N        timed runs per kernel (default %d, at least 1)\n"
-                 "  --csv FILE       also write the results as CSV\n",
+                 "  --csv FILE       also write the results as CSV\n"
+                 "  --flush MODE     how the L2 is emptied before each timed launch:\n"
+                 "                   read (default: clean lines) or memset (dirty lines)\n",
             DEFAULT_ITERS);
 }
 
@@ -800,6 +803,7 @@ static void print_clocks(const bench_context *ctx, CUdevice device) {
 
 int main(int argc, char **argv) {
     const char *filter = NULL, *csv_path = NULL;
+    tkb_flush_mode flush_mode = TKB_FLUSH_READ;
     bench_context ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.iters = DEFAULT_ITERS;
@@ -814,6 +818,16 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--csv") && i + 1 < argc) {
             csv_path = argv[++i];
+        } else if (!strcmp(argv[i], "--flush") && i + 1 < argc) {
+            const char *mode = argv[++i];
+            if (!strcmp(mode, "read")) {
+                flush_mode = TKB_FLUSH_READ;
+            } else if (!strcmp(mode, "memset")) {
+                flush_mode = TKB_FLUSH_MEMSET;
+            } else {
+                fprintf(stderr, "tkbench: --flush takes read or memset, not '%s'\n", mode);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -833,13 +847,13 @@ int main(int argc, char **argv) {
         ctx.api->cuDeviceGetName(name, sizeof name, device);
         ctx.api->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
     }
-    printf("tkbench: %s, %d SMs; %d timed runs per kernel, L2 flushed before each; "
+    printf("tkbench: %s, %d SMs; %d timed runs per kernel, L2 flushed before each (%s); "
            "reference threads %d\n",
-           name, sms, ctx.iters, ref_thread_count());
+           name, sms, ctx.iters, tkb_flush_name(flush_mode), ref_thread_count());
     print_clocks(&ctx, device);
     if (!CU(&ctx, cuEventCreate(&ctx.start, CU_EVENT_DEFAULT)) ||
         !CU(&ctx, cuEventCreate(&ctx.stop, CU_EVENT_DEFAULT)) ||
-        !CU(&ctx, cuMemAlloc(&ctx.flush, FLUSH_BYTES)) || !measure_copy(&ctx))
+        !tkb_flush_init(&ctx.flush, ctx.api, flush_mode) || !measure_copy(&ctx))
         return 2;
 
     size_t total = NUM_BENCHES + (size_t)nregistered;
@@ -890,7 +904,7 @@ int main(int argc, char **argv) {
     }
     free(results);
     free(selected);
-    ctx.api->cuMemFree(ctx.flush);
+    tkb_flush_free(&ctx.flush);
     ctx.api->cuEventDestroy(ctx.start);
     ctx.api->cuEventDestroy(ctx.stop);
     return all_ok ? 0 : 1;

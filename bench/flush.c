@@ -1,0 +1,120 @@
+/*
+ * flush.c -- empties the L2 cache before each timed launch of tkbench.
+ *
+ * A timed row must start with its inputs out of the 60 MB L2, so that it
+ * reads them from device memory as a real first touch would.  The first
+ * way tkbench did this, a cuMemsetD32 over 256 MiB, leaves the L2 full
+ * of the memset's own dirty lines: the timed kernel then pays for their
+ * write-back, up to ~50 MB of device-memory writes that are not its
+ * bytes, which costs a 170 MB cast several percent of its measured
+ * bandwidth and a 1 GB one almost nothing.  The read flush instead runs a
+ * small kernel (PTX below, JIT-compiled by the driver once) that reads
+ * the 256 MiB buffer: the L2 ends up holding clean lines, which the
+ * timed kernel evicts for free, and the previous row's dirty outputs are
+ * written back during the flush, outside the timed region.  The memset
+ * flush stays available (--flush memset) to compare the two.
+ */
+
+#include "flush.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Each thread xors 16-byte words of the buffer, grid-stride; the result
+ * is stored only if it equals a value the fill pattern cannot produce
+ * (an even or odd number of copies of 0x3F800000 xor to 0 or to the
+ * pattern), which keeps the loads live without writing anything. */
+static const char READ_FLUSH_PTX[] =
+    ".version 8.0\n"
+    ".target sm_90\n"
+    ".address_size 64\n"
+    ".visible .entry tkbench_read_flush(.param .u64 buffer, .param .u64 words,\n"
+    "                                   .param .u64 sink) {\n"
+    "  .reg .u64 %rd<10>;\n"
+    "  .reg .u32 %r<12>;\n"
+    "  .reg .pred %p<3>;\n"
+    "  ld.param.u64 %rd1, [buffer];\n"
+    "  ld.param.u64 %rd2, [words];\n"
+    "  ld.param.u64 %rd9, [sink];\n"
+    "  mov.u32 %r1, %ctaid.x;\n"
+    "  mov.u32 %r2, %ntid.x;\n"
+    "  mov.u32 %r3, %tid.x;\n"
+    "  mov.u32 %r4, %nctaid.x;\n"
+    "  mul.wide.u32 %rd3, %r1, %r2;\n"
+    "  cvt.u64.u32 %rd4, %r3;\n"
+    "  add.u64 %rd3, %rd3, %rd4;\n"
+    "  mul.wide.u32 %rd5, %r4, %r2;\n"
+    "  mov.u32 %r5, 0;\n"
+    "LOOP:\n"
+    "  setp.ge.u64 %p1, %rd3, %rd2;\n"
+    "  @%p1 bra DONE;\n"
+    "  shl.b64 %rd6, %rd3, 4;\n"
+    "  add.u64 %rd7, %rd1, %rd6;\n"
+    "  ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd7];\n"
+    "  xor.b32 %r5, %r5, %r6;\n"
+    "  xor.b32 %r5, %r5, %r7;\n"
+    "  xor.b32 %r5, %r5, %r8;\n"
+    "  xor.b32 %r5, %r5, %r9;\n"
+    "  add.u64 %rd3, %rd3, %rd5;\n"
+    "  bra LOOP;\n"
+    "DONE:\n"
+    "  setp.eq.u32 %p2, %r5, 0x9E3779B9;\n"
+    "  @%p2 st.global.u32 [%rd9], %r5;\n"
+    "  ret;\n"
+    "}\n";
+
+#define FILL_PATTERN 0x3F800000u
+#define READ_BLOCKS 2048
+#define READ_THREADS 256
+
+static bool check(const tkb_flush *flush, CUresult result, const char *what) {
+    if (result == CUDA_SUCCESS)
+        return true;
+    const char *message = "unknown error";
+    if (flush->api->cuGetErrorString)
+        flush->api->cuGetErrorString(result, &message);
+    fprintf(stderr, "tkbench: L2 flush: %s failed: %s\n", what, message);
+    return false;
+}
+
+bool tkb_flush_init(tkb_flush *flush, const tk__driver_api *api, tkb_flush_mode mode) {
+    memset(flush, 0, sizeof *flush);
+    flush->api = api;
+    flush->mode = mode;
+    if (!check(flush, api->cuMemAlloc(&flush->buffer, TKB_FLUSH_BYTES + 4), "cuMemAlloc"))
+        return false;
+    flush->sink = flush->buffer + TKB_FLUSH_BYTES;
+    if (mode == TKB_FLUSH_MEMSET)
+        return true;
+    return check(flush, api->cuMemsetD32(flush->buffer, FILL_PATTERN, TKB_FLUSH_BYTES / 4),
+                 "cuMemsetD32") &&
+           check(flush, api->cuModuleLoadData(&flush->module, READ_FLUSH_PTX),
+                 "cuModuleLoadData (read-flush PTX)") &&
+           check(flush,
+                 api->cuModuleGetFunction(&flush->function, flush->module,
+                                          "tkbench_read_flush"),
+                 "cuModuleGetFunction");
+}
+
+bool tkb_flush_run(tkb_flush *flush, unsigned pattern) {
+    const tk__driver_api *api = flush->api;
+    if (flush->mode == TKB_FLUSH_MEMSET)
+        return check(flush, api->cuMemsetD32(flush->buffer, pattern, TKB_FLUSH_BYTES / 4),
+                     "cuMemsetD32");
+    unsigned long long words = TKB_FLUSH_BYTES / 16;
+    void *params[] = {&flush->buffer, &words, &flush->sink};
+    return check(flush,
+                 api->cuLaunchKernel(flush->function, READ_BLOCKS, 1, 1, READ_THREADS, 1, 1, 0,
+                                     NULL, params, NULL),
+                 "cuLaunchKernel (read flush)");
+}
+
+void tkb_flush_free(tkb_flush *flush) {
+    if (flush->buffer)
+        flush->api->cuMemFree(flush->buffer);
+    flush->buffer = 0;
+}
+
+const char *tkb_flush_name(tkb_flush_mode mode) {
+    return mode == TKB_FLUSH_MEMSET ? "memset of 256 MiB" : "read of 256 MiB";
+}
