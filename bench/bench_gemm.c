@@ -62,6 +62,15 @@ static const gemm_params FP8_MOE_WIDE = {TK_E4M3, 4096, 7168, 2048, TK__GEMM_WID
 static const gemm_params BF16_8K_BAND16 = {TK_BF16, 8192, 8192, 8192, TK__GEMM_PERSISTENT_BAND16};
 static const gemm_params BF16_MOE_BAND16 = {TK_BF16, 4096, 7168, 2048,
                                             TK__GEMM_PERSISTENT_BAND16};
+/* gemm_bf16's persistent instances with the TMA-store epilogue
+ * (kernels/gemm_bf16_store.tk): 3 stages + the whole tile, 4 stages + a
+ * half tile. */
+static const gemm_params BF16_8K_STORE = {TK_BF16, 8192, 8192, 8192, TK__GEMM_PERSISTENT_STORE};
+static const gemm_params BF16_MOE_STORE = {TK_BF16, 4096, 7168, 2048, TK__GEMM_PERSISTENT_STORE};
+static const gemm_params BF16_8K_STORE_HALF = {TK_BF16, 8192, 8192, 8192,
+                                               TK__GEMM_PERSISTENT_STORE_HALF};
+static const gemm_params BF16_MOE_STORE_HALF = {TK_BF16, 4096, 7168, 2048,
+                                                TK__GEMM_PERSISTENT_STORE_HALF};
 /* The fp8 cluster instances: two blocks per cluster share one operand
  * tile through TMA multicast (docs/hopper.md 11). */
 static const gemm_params FP8_8K_CLUSTER2 = {TK_E4M3, 8192, 8192, 8192, TK__GEMM_CLUSTER2};
@@ -70,6 +79,27 @@ static const gemm_params FP8_8K_WIDE_CLUSTER2 = {TK_E4M3, 8192, 8192, 8192,
                                                  TK__GEMM_WIDE_CLUSTER2};
 static const gemm_params FP8_MOE_WIDE_CLUSTER2 = {TK_E4M3, 4096, 7168, 2048,
                                                   TK__GEMM_WIDE_CLUSTER2};
+/* The persistent fp8 instances (kernels/gemm_fp8_persistent.tk): one
+ * block per SM walks the tiles, so the pipeline fill and the epilogue of
+ * one tile overlap the next tile's loads. */
+static const gemm_params FP8_8K_PERSISTENT = {TK_E4M3, 8192, 8192, 8192, TK__GEMM_FP8_PERSISTENT};
+static const gemm_params FP8_MOE_PERSISTENT = {TK_E4M3, 4096, 7168, 2048, TK__GEMM_FP8_PERSISTENT};
+static const gemm_params FP8_8K_PERSISTENT_BAND16 = {TK_E4M3, 8192, 8192, 8192,
+                                                     TK__GEMM_FP8_PERSISTENT_BAND16};
+static const gemm_params FP8_MOE_PERSISTENT_BAND16 = {TK_E4M3, 4096, 7168, 2048,
+                                                      TK__GEMM_FP8_PERSISTENT_BAND16};
+static const gemm_params FP8_8K_PERSISTENT_CLUSTER2 = {TK_E4M3, 8192, 8192, 8192,
+                                                       TK__GEMM_FP8_PERSISTENT_CLUSTER2};
+static const gemm_params FP8_MOE_PERSISTENT_CLUSTER2 = {TK_E4M3, 4096, 7168, 2048,
+                                                        TK__GEMM_FP8_PERSISTENT_CLUSTER2};
+static const gemm_params FP8_8K_WIDE_PERSISTENT = {TK_E4M3, 8192, 8192, 8192,
+                                                   TK__GEMM_FP8_WIDE_PERSISTENT};
+static const gemm_params FP8_MOE_WIDE_PERSISTENT = {TK_E4M3, 4096, 7168, 2048,
+                                                    TK__GEMM_FP8_WIDE_PERSISTENT};
+static const gemm_params FP8_8K_WIDE_PERSISTENT_CLUSTER2 = {TK_E4M3, 8192, 8192, 8192,
+                                                            TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2};
+static const gemm_params FP8_MOE_WIDE_PERSISTENT_CLUSTER2 = {TK_E4M3, 4096, 7168, 2048,
+                                                             TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2};
 
 static void teardown(const tkb_context *ctx, void *opaque) {
     gemm_state *s = opaque;
@@ -339,6 +369,14 @@ static const tkb_case CASES[] = {
      teardown, &BF16_8K_BAND16},
     {"gemm_bf16_persistent", "4096x7168x2048", "bf16 bands of 16", setup, launch, verify,
      teardown, &BF16_MOE_BAND16},
+    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 TMA-store epilogue, 3 stages + tile",
+     setup, launch, verify, teardown, &BF16_8K_STORE},
+    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 TMA-store epilogue, 3 stages + tile",
+     setup, launch, verify, teardown, &BF16_MOE_STORE},
+    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 TMA-store epilogue, 4 stages + half tile",
+     setup, launch, verify, teardown, &BF16_8K_STORE_HALF},
+    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 TMA-store epilogue, 4 stages + half tile",
+     setup, launch, verify, teardown, &BF16_MOE_STORE_HALF},
     {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 128x128 cluster 2, B multicast", setup,
      launch, verify, teardown, &FP8_8K_CLUSTER2},
     {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 128x128 cluster 2, B multicast", setup,
@@ -347,6 +385,26 @@ static const tkb_case CASES[] = {
      launch, verify, teardown, &FP8_8K_WIDE_CLUSTER2},
     {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 256x128 cluster 2, A multicast", setup,
      launch, verify, teardown, &FP8_MOE_WIDE_CLUSTER2},
+    {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 128x128 persistent, bands of 8", setup,
+     launch, verify, teardown, &FP8_8K_PERSISTENT},
+    {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 128x128 persistent, bands of 8", setup,
+     launch, verify, teardown, &FP8_MOE_PERSISTENT},
+    {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 128x128 persistent, bands of 16", setup,
+     launch, verify, teardown, &FP8_8K_PERSISTENT_BAND16},
+    {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 128x128 persistent, bands of 16", setup,
+     launch, verify, teardown, &FP8_MOE_PERSISTENT_BAND16},
+    {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 128x128 persistent, B multicast", setup,
+     launch, verify, teardown, &FP8_8K_PERSISTENT_CLUSTER2},
+    {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 128x128 persistent, B multicast", setup,
+     launch, verify, teardown, &FP8_MOE_PERSISTENT_CLUSTER2},
+    {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 256x128 persistent, bands of 8", setup,
+     launch, verify, teardown, &FP8_8K_WIDE_PERSISTENT},
+    {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 256x128 persistent, bands of 8", setup,
+     launch, verify, teardown, &FP8_MOE_WIDE_PERSISTENT},
+    {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 256x128 persistent, A multicast", setup,
+     launch, verify, teardown, &FP8_8K_WIDE_PERSISTENT_CLUSTER2},
+    {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 256x128 persistent, A multicast", setup,
+     launch, verify, teardown, &FP8_MOE_WIDE_PERSISTENT_CLUSTER2},
 };
 TKB_REGISTER(CASES)
 
@@ -365,5 +423,15 @@ static const tkb_compute COMPUTE[] = {
     {&CASES[11], FLOPS(4096, 7168, 2048), ceiling},
     {&CASES[12], FLOPS(8192, 8192, 8192), ceiling},
     {&CASES[13], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[14], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[15], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[16], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[17], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[18], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[19], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[20], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[21], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[22], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[23], FLOPS(4096, 7168, 2048), ceiling},
 };
 TKB_REGISTER_COMPUTE(COMPUTE)

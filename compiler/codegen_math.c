@@ -563,6 +563,16 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
         return cg_convert(cg, assemble(cg, out, lanes), DT_U32, e->dtype, lanes, e->loc);
     }
     case INTR_PRMT: return b32_asm(cg, e, "prmt.b32 $0, $1, $2, $3;");
+    case INTR_F16X2_MUL: return b32_asm(cg, e, "mul.rn.f16x2 $0, $1, $2;");
+    case INTR_F16X2_FMA: return b32_asm(cg, e, "fma.rn.f16x2 $0, $1, $2, $3;");
+    case INTR_F16X2_MIN: return b32_asm(cg, e, "min.f16x2 $0, $1, $2;");
+    case INTR_F16X2_MAX: return b32_asm(cg, e, "max.f16x2 $0, $1, $2;");
+    case INTR_F16X2_MAX_XORSIGN_ABS:
+        return b32_asm(cg, e, "max.xorsign.abs.f16x2 $0, $1, $2;");
+    case INTR_E4M3X2_F16X2:
+        /* the instruction reads a 16-bit register: the word's low half */
+        return b32_asm(cg, e, "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; "
+                              "cvt.rn.f16x2.e4m3x2 $0, lo; }");
     case INTR_COUNT: break;
     }
     cg_error(cg, e->loc, "%s is not supported on %s here", ir_intrinsic_name(e->u.call.op),

@@ -320,6 +320,8 @@ DType ir_call_default_dtype(Intrinsic op, Expr *const *args, int nargs)
         return DT_U16;
     case INTR_E2M1_BITS:
         return DT_U8;
+    case INTR_BF16X2: /* two bf16 values -> their 32-bit word */
+        return DT_U32;
     case INTR_ISFINITE:
         return DT_BOOL;
     default:

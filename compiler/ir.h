@@ -212,7 +212,15 @@ typedef enum {
     X(BF16X2_MAX_XORSIGN_ABS, "bf16x2_max_xorsign_abs", 2, INTR_PURE)        \
     /* max(|a|, |b|) with sign(a) ^ sign(b): max.xorsign.abs.bf16x2 */      \
     X(BF16X2, "bf16x2", 2, INTR_PURE)   /* two bf16 -> their u32 word */     \
-    X(PRMT, "prmt", 3, INTR_PURE)               /* prmt.b32 byte permute */
+    X(PRMT, "prmt", 3, INTR_PURE)               /* prmt.b32 byte permute */ \
+    /* packed f16x2 in a u32, as bf16x2 above */                             \
+    X(F16X2_MUL, "f16x2_mul", 2, INTR_PURE)     /* mul.rn.f16x2 */           \
+    X(F16X2_FMA, "f16x2_fma", 3, INTR_PURE)     /* fma.rn.f16x2 */           \
+    X(F16X2_MIN, "f16x2_min", 2, INTR_PURE)     /* min.f16x2: NaN-dropping */ \
+    X(F16X2_MAX, "f16x2_max", 2, INTR_PURE)     /* max.f16x2: NaN-dropping */ \
+    X(F16X2_MAX_XORSIGN_ABS, "f16x2_max_xorsign_abs", 2, INTR_PURE)          \
+    /* the two e4m3 bytes in bits 0..15 -> f16x2 (exact): cvt.rn.f16x2.e4m3x2 */ \
+    X(E4M3X2_F16X2, "e4m3x2_f16x2", 1, INTR_PURE)
 
 typedef enum {
 #define X(e, name, nargs, flags) INTR_##e,

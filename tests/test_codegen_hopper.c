@@ -872,3 +872,86 @@ Test(codegen_hopper, stores_before_a_wait_are_fenced) {
     free(ptx);
     arena_free(arena);
 }
+
+/* ---- the TMA-store epilogue (kernels/gemm_bf16_store.tk) ---------------- */
+
+/* The PTX tkc makes of a library file (the front end and every pass: the
+ * epilogue's shape comes from lower_tma and insert_barriers). */
+static char *library_ptx(const char *file) {
+    char dir[] = "/tmp/test_codegen_hopper-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[128], command[1024];
+    snprintf(path, sizeof path, "%s/k.ptx", dir);
+    snprintf(command, sizeof command, "%s %s/%s -I %s -o %s --emit=ptx > %s/log 2>&1",
+             TKC_PATH, TK_SOURCE_DIR, file, TK_SOURCE_DIR, path, dir);
+    cr_assert_eq(system(command), 0, "tkc failed on %s", file);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = calloc(1, (size_t)size + 1);
+    cr_assert_eq(fread(text, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    snprintf(command, sizeof command, "rm -rf %s", dir);
+    cr_assert_eq(system(command), 0);
+    return text;
+}
+
+/* The body of entry `name` (up to the next .entry), copied. */
+static char *entry_text(const char *ptx, const char *name) {
+    char header[256];
+    snprintf(header, sizeof header, ".entry %s(", name);
+    const char *at = strstr(ptx, header);
+    cr_assert_not_null(at, "no entry %s", name);
+    const char *end = strstr(at + 1, ".entry ");
+    size_t length = end ? (size_t)(end - at) : strlen(at);
+    char *text = calloc(1, length + 1);
+    memcpy(text, at, length);
+    return text;
+}
+
+#define BULK_STORE "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+#define STORE_WAIT "cp.async.bulk.wait_group.read \t0"
+
+/* One bulk group of the four 128 x 64 boxes per tile; thread 0 waits for
+ * it to read the tile only before the next tile's writes (after the K
+ * loop's last wgmma) and after the tile loop, so the group drains while
+ * the next K loop runs.  The accumulator reaches shared memory as 64
+ * 4-byte stores per thread (no st.global at all), before the proxy fence
+ * and the named barrier that precede the stores. */
+Test(codegen_hopper, tma_store_epilogue) {
+    char *ptx = library_ptx("kernels/gemm_bf16_store.tk");
+    char *full = entry_text(ptx, "gemm_bf16_persistent_store__default");
+    cr_assert_eq(occurrences(full, BULK_STORE), 4, "%s", full);
+    cr_assert_eq(occurrences(full, "cp.async.bulk.commit_group"), 1, "%s", full);
+    cr_assert_eq(occurrences(full, STORE_WAIT), 2, "%s", full);
+    cr_assert_eq(occurrences(full, "st.shared.b32"), 64, "%s", full);
+    cr_assert_null(strstr(full, "st.global"), "%s", full);
+    const char *wgmma = strstr(full, "wgmma.wait_group.sync.aligned");
+    const char *wait = strstr(full, STORE_WAIT);
+    const char *write = strstr(full, "st.shared.b32");
+    const char *fence = strstr(full, "fence.proxy.async.shared::cta");
+    const char *store = strstr(full, BULK_STORE);
+    const char *commit = strstr(full, "cp.async.bulk.commit_group");
+    cr_assert(wgmma && wgmma < wait && wait < write && write < fence && fence < store &&
+                  store < commit,
+              "the epilogue is out of order:\n%s", full);
+    cr_assert(strstr(fence, "bar.sync \t1, 256") < store, "no named barrier before the stores");
+    /* the tail wait: after the commit, nothing but the loop's end */
+    const char *tail = strstr(commit, STORE_WAIT);
+    cr_assert(tail && !strstr(commit, "st.shared.b32"), "%s", full);
+
+    /* the half tile: two groups of two boxes; the second half waits for
+     * the first group, the next tile for the second */
+    char *half = entry_text(ptx, "gemm_bf16_persistent_store_half__default");
+    cr_assert_eq(occurrences(half, BULK_STORE), 4, "%s", half);
+    cr_assert_eq(occurrences(half, "cp.async.bulk.commit_group"), 2, "%s", half);
+    cr_assert_eq(occurrences(half, STORE_WAIT), 3, "%s", half);
+    cr_assert_eq(occurrences(half, "st.shared.b32"), 64, "%s", half);
+    cr_assert_null(strstr(half, "st.global"), "%s", half);
+    expect_no_local_memory(ptx);
+    free(full);
+    free(half);
+    free(ptx);
+}

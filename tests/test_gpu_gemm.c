@@ -43,14 +43,25 @@
 
 static const tk__gemm_variant VARIANTS[] = {TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF,
                                             TK__GEMM_PERSISTENT, TK__GEMM_PERSISTENT_WS_OFF,
-                                            TK__GEMM_PERSISTENT_BAND16};
-/* Indexed by tk__gemm_variant. */
+                                            TK__GEMM_PERSISTENT_BAND16,
+                                            TK__GEMM_PERSISTENT_STORE,
+                                            TK__GEMM_PERSISTENT_STORE_HALF};
+/* Indexed like VARIANTS (variant_name). */
 static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off", "persistent",
-                                            "persistent_ws_off", "persistent_band16"};
+                                            "persistent_ws_off", "persistent_band16",
+                                            "persistent_store", "persistent_store_half"};
 /* The fp8 GEMM's instances (variants_pick_their_instances); gemm_bf16
- * has the six of VARIANTS. */
-#define FP8_VARIANTS 7
-#define BF16_VARIANTS 6
+ * has the eight of VARIANTS. */
+#define FP8_VARIANTS 13
+#define BF16_VARIANTS 8
+
+/* A variant's name in the messages. */
+static const char *variant_name(tk__gemm_variant variant) {
+    for (int v = 0; v < BF16_VARIANTS; v++)
+        if (VARIANTS[v] == variant)
+            return VARIANT_NAMES[v];
+    return "variant";
+}
 
 /* One GEMM problem: host operands and reference, device buffers. */
 typedef struct problem {
@@ -163,8 +174,8 @@ static void problem_run(problem *p, tk__gemm_variant variant) {
     } else {
         status = tk__gemm_bf16_variant(&a, &b, &d, variant, NULL);
     }
-    check_status(status, VARIANT_NAMES[variant]);
-    gpu_download(&p->g, p->got, p->dd, p->d_bytes, POISON, "", VARIANT_NAMES[variant]);
+    check_status(status, variant_name(variant));
+    gpu_download(&p->g, p->got, p->dd, p->d_bytes, POISON, "", variant_name(variant));
 }
 
 /* The relative error over the whole output and its last EDGE rows and
@@ -267,9 +278,14 @@ static void check_all_variants(problem *p) {
     /* the fp8 GEMM's variants: the first three, then its 256-row kernel */
     static const tk__gemm_variant FP8_LIST[] = {
         TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF, TK__GEMM_WIDE,
-        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2};
-    static const char *const FP8_NAMES[] = {"default", "tma_off", "ws_off", "wide",
-                                            "cluster2", "cluster2_ws_off", "wide_cluster2"};
+        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2,
+        TK__GEMM_FP8_PERSISTENT, TK__GEMM_FP8_PERSISTENT_WS_OFF,
+        TK__GEMM_FP8_PERSISTENT_BAND16, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
+        TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2};
+    static const char *const FP8_NAMES[] = {
+        "default", "tma_off", "ws_off", "wide", "cluster2", "cluster2_ws_off", "wide_cluster2",
+        "persistent", "persistent_ws_off", "persistent_band16", "persistent_cluster2",
+        "wide_persistent", "wide_persistent_cluster2"};
     bool fp8 = p->input == TK_E4M3;
     int variants = fp8 ? (int)(sizeof FP8_LIST / sizeof FP8_LIST[0]) : BF16_VARIANTS;
     for (int v = 0; v < variants; v++) {
@@ -330,6 +346,19 @@ Test(gemm_bf16, persistent_many_tiles, .timeout = 300) {
     bf16_case(4096, 2048, 64, 9);
 }
 
+/* The TMA-store epilogues (kernels/gemm_bf16_store.tk) write whole 128 x
+ * 64 boxes and rely on d's tensor map to clip them: M one row past a
+ * tile, N ending 8 columns into the second box of the last tile column
+ * (its last two boxes wholly outside), N = 8 (three boxes outside), and,
+ * with more tiles than SMs, ragged edges on tiles whose block still has
+ * the stores of its previous tile in flight.  The poisoned bytes after d
+ * catch a store past its end. */
+Test(gemm_bf16, tma_store_edges, .timeout = 300) {
+    bf16_case(129, 328, 64, 31);
+    bf16_case(257, 8, 128, 32);
+    bf16_case(2177, 4360, 72, 33);
+}
+
 /* ---- fp8 block-scaled ---------------------------------------------------- */
 
 Test(gemm_fp8_blockscaled, aligned_to_the_tiles) {
@@ -356,6 +385,17 @@ Test(gemm_fp8_blockscaled, cluster_partner_without_tile, .timeout = 300) {
     fp8_case(392, 392, 2176, TK_SF_ROW_MAJOR, 23);  /* 4 x 4, wide: 2 rows x 4 cols */
     fp8_case(8, 8, 128, TK_SF_COL_MAJOR, 24);       /* one tile; every partner empty */
     fp8_case(1000, 776, 528, TK_SF_ROW_MAJOR, 25);  /* 8 x 7 tiles, bands cut short */
+}
+
+/* More tiles than SMs, so the persistent instances' blocks walk several
+ * tiles each (the pipeline's stages and parities carry over from one tile
+ * to the next): 128 x 128, 256 x 128 and the tile pairs of the cluster
+ * forms all outnumber 132 blocks / 66 clusters; ragged edges, an odd
+ * number of K blocks (the last step's zero part1) and a one-step K. */
+Test(gemm_fp8_blockscaled, persistent_walks_many_tiles, .timeout = 600) {
+    fp8_case(1928, 2056, 400, TK_SF_ROW_MAJOR, 31);  /* 16 x 17 tiles, K blocks 4 */
+    fp8_case(2184, 1800, 272, TK_SF_COL_MAJOR, 32);  /* 18 x 15 tiles, K blocks 3 */
+    fp8_case(2056, 2184, 16, TK_SF_ROW_MAJOR, 33);   /* 17 x 18 tiles, one K block */
 }
 
 Test(gemm_fp8_blockscaled, column_major_sfb) {
@@ -529,7 +569,9 @@ Test(gemm_api, variants_pick_their_instances) {
     const char *bf16_names[] = {"gemm_bf16__default", "gemm_bf16__tma_off", "gemm_bf16__ws_off",
                                 "gemm_bf16_persistent__default",
                                 "gemm_bf16_persistent__ws_off",
-                                "gemm_bf16_persistent__band16"};
+                                "gemm_bf16_persistent__band16",
+                                "gemm_bf16_persistent_store__default",
+                                "gemm_bf16_persistent_store_half__default"};
     for (int v = 0; v < BF16_VARIANTS; v++) {
         tk_status status = tk__gemm_bf16_variant(&a, &b, &d, VARIANTS[v], NULL);
         cr_assert(device ? status == TK_SUCCESS : status != TK_SUCCESS, "%s: %s",
@@ -545,13 +587,22 @@ Test(gemm_api, variants_pick_their_instances) {
     sfb.data = (void *)(base + 0x40000);
     static const tk__gemm_variant fp8_variants[] = {
         TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF, TK__GEMM_WIDE,
-        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2};
+        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2,
+        TK__GEMM_FP8_PERSISTENT, TK__GEMM_FP8_PERSISTENT_WS_OFF,
+        TK__GEMM_FP8_PERSISTENT_BAND16, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
+        TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2};
     const char *fp8_names[] = {"gemm_fp8_blockscaled__default", "gemm_fp8_blockscaled__tma_off",
                                "gemm_fp8_blockscaled__ws_off",
                                "gemm_fp8_blockscaled_wide__default",
                                "gemm_fp8_blockscaled__cluster2",
                                "gemm_fp8_blockscaled__cluster2_ws_off",
-                               "gemm_fp8_blockscaled_wide__cluster2"};
+                               "gemm_fp8_blockscaled_wide__cluster2",
+                               "gemm_fp8_blockscaled_persistent__default",
+                               "gemm_fp8_blockscaled_persistent__ws_off",
+                               "gemm_fp8_blockscaled_persistent__band16",
+                               "gemm_fp8_blockscaled_persistent__cluster2",
+                               "gemm_fp8_blockscaled_wide_persistent__default",
+                               "gemm_fp8_blockscaled_wide_persistent__cluster2"};
     for (int v = 0; v < FP8_VARIANTS; v++) {
         tk_status status = tk__gemm_fp8_blockscaled_variant(&a8, &sfa, &b8, &sfb, &d,
                                                             fp8_variants[v], NULL);

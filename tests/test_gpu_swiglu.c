@@ -358,8 +358,11 @@ Test(swiglu_forward, f32_inputs, .timeout = 1800) { run_forward(TK_F32, false); 
  * (kernels/swiglu.tk, swiglu_quotient) meets the edges of its range and
  * its fallback.  Positive gates of 2^100 and above (and +inf) are negated:
  * their products with u would overflow to inf, whose scales the per-token
- * cast does not define.  Plain (the no-clamp loop) and with weights (the
- * general loop). */
+ * cast does not define.  Plain (the no-clamp loop), with weights (the
+ * general loop), packed UE8M0 scales with a mask (the benchmark's
+ * instance, whose inverse is always the power of two), and a clamp of 0.5
+ * (the general loop's range is that of the clamped gates; -0.5 is a bf16,
+ * so the exp table still holds every argument). */
 Test(swiglu_forward, special_gate_values, .timeout = 300) {
     gpu g = gpu_begin();
     const int64_t rows = 64, half = 1024, width = 2 * half;
@@ -374,58 +377,80 @@ Test(swiglu_forward, special_gate_values, .timeout = 300) {
             x[r * width + half + j] = ref_bf16_from_f32(ref_rng_normal(&rng));
         }
     float weights[64];
-    int32_t index[64];
+    int32_t index[64], mask[64];
     for (int r = 0; r < 64; r++) {
         weights[r] = ref_rng_normal(&rng);
         index[r] = 63 - r;
+        mask[r] = r % 5 == 2 ? -1 : r % 3;
     }
+    /* the row-major f32 scales are the largest of the layouts used */
     size_t out_bytes = (size_t)(rows * half), sf_bytes = (size_t)(rows * (half / 128)) * 4;
     CUdeviceptr d_x = gpu_alloc(&g, (size_t)(rows * width) * 2);
     CUdeviceptr d_out = gpu_alloc(&g, out_bytes + TAIL_BYTES);
     CUdeviceptr d_sf = gpu_alloc(&g, sf_bytes + TAIL_BYTES);
     CUdeviceptr d_weights = gpu_alloc(&g, sizeof weights);
     CUdeviceptr d_index = gpu_alloc(&g, sizeof index);
+    CUdeviceptr d_mask = gpu_alloc(&g, sizeof mask);
     CU(&g, cuMemcpyHtoD(d_x, x, (size_t)(rows * width) * 2));
     CU(&g, cuMemcpyHtoD(d_weights, weights, sizeof weights));
     CU(&g, cuMemcpyHtoD(d_index, index, sizeof index));
+    CU(&g, cuMemcpyHtoD(d_mask, mask, sizeof mask));
     uint8_t *got = host_alloc(out_bytes + TAIL_BYTES), *want = host_alloc(out_bytes);
     unsigned char *got_sf = host_alloc(sf_bytes + TAIL_BYTES), *want_sf = host_alloc(sf_bytes);
     float *table = gpu_bf16_exp_table(&g);
-    for (int with_weights = 0; with_weights < 2; with_weights++) {
+    const float clamp = 0.5f;
+    for (int variant = 0; variant < 4; variant++) {
+        bool with_weights = variant == 1, packed = variant == 2, clamped = variant == 3;
+        tk_sf_layout layout = packed ? TK_SF_PACKED_UE8M0 : TK_SF_ROW_MAJOR;
         char what[100];
-        snprintf(what, sizeof what, "swiglu_forward special gate values, weights=%d",
-                 with_weights);
+        snprintf(what, sizeof what,
+                 "swiglu_forward special gate values, weights=%d packed=%d clamp=%d",
+                 with_weights, packed, clamped);
+        ref_sf_shape shape;
+        cr_assert(ref_sf_shape_of(rows, half, 1, 128, layout, &shape));
         tk_tensor sf;
         size_t bytes;
-        check_status(tk_sf_desc(rows, half, 1, 128, TK_SF_ROW_MAJOR, &sf, &bytes), "tk_sf_desc");
-        cr_assert_eq(bytes, sf_bytes);
+        check_status(tk_sf_desc(rows, half, 1, 128, layout, &sf, &bytes), "tk_sf_desc");
+        cr_assert_eq(bytes, shape.bytes);
+        cr_assert(bytes <= sf_bytes);
         sf.data = (void *)(uintptr_t)d_sf;
         poison(&g, d_out, out_bytes);
-        poison(&g, d_sf, sf_bytes);
+        poison(&g, d_sf, bytes);
         tk_tensor tx = tensor(d_x, TK_BF16, 2, rows, width);
         tk_tensor tout = tensor(d_out, TK_E4M3, 2, rows, half);
         tk_tensor tindex = tensor(d_index, TK_I32, 1, rows, 0);
         tk_tensor tweights = tensor(d_weights, TK_F32, 2, 8, 8);
+        tk_tensor tmask = tensor(d_mask, TK_I32, 1, rows, 0);
         check_status(tk_swiglu_forward_and_per_token_cast(
                          &tx, 128, with_weights ? &tindex : NULL,
-                         with_weights ? &tweights : NULL, NULL, true, TK_SF_ROW_MAJOR, NULL,
-                         NULL, NULL, &tout, &sf, NULL),
+                         with_weights ? &tweights : NULL, packed ? &tmask : NULL, true, layout,
+                         clamped ? &clamp : NULL, NULL, NULL, &tout, &sf, NULL),
                      what);
         download(&g, got, d_out, out_bytes, what);
-        download(&g, got_sf, d_sf, sf_bytes, what);
+        download(&g, got_sf, d_sf, bytes, what);
         ref_swiglu_forward args = {
             .x = x, .dtype = TK_BF16, .rows = rows, .half = half, .num_per_channels = 128,
-            .round_sf = true, .layout = TK_SF_ROW_MAJOR,
+            .round_sf = true, .layout = layout,
             .pos_to_token_topk = with_weights ? index : NULL,
             .topk_weights = with_weights ? weights : NULL, .num_weights = 64,
+            .pos_to_expert = packed ? mask : NULL, .use_clamp = clamped, .clamp = clamp,
             .exp = ref_swiglu_exp_bf16_table(table)};
         int64_t counts[3] = {0, 0, 0};
+        memcpy(want_sf, got_sf, bytes); /* bytes the reference leaves */
         cr_assert(ref_swiglu_forward_per_token_cast(&args, want, want_sf, counts));
-        expect_rows(got, want, rows, (size_t)half, NULL, what);
-        cr_assert(memcmp(got_sf, want_sf, sf_bytes) == 0, "%s: scales differ", what);
+        expect_rows(got, want, rows, (size_t)half, packed ? mask : NULL, what);
+        for (int64_t r = 0; r < rows; r++) {
+            if (packed && mask[r] < 0)
+                continue;
+            for (int64_t k = 0; k < shape.nbk; k++) {
+                size_t at = ref_sf_offset(&shape, r, k), size = ref_sf_entry_bytes(&shape);
+                cr_assert(memcmp(got_sf + at, want_sf + at, size) == 0,
+                          "%s: scale of row %ld group %ld differs", what, (long)r, (long)k);
+            }
+        }
     }
     free(x), free(got), free(want), free(got_sf), free(want_sf), free(table);
-    CUdeviceptr buffers[] = {d_x, d_out, d_sf, d_weights, d_index};
+    CUdeviceptr buffers[] = {d_x, d_out, d_sf, d_weights, d_index, d_mask};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         CU(&g, cuMemFree(buffers[i]));
 }
@@ -628,15 +653,19 @@ Test(swiglu_backward, fast_path_boundaries) {
     size_t x_bytes = (size_t)(rows * width), half_bytes = (size_t)(rows * half) * 2;
     CUdeviceptr d_x = gpu_alloc(&g, x_bytes), d_sf = gpu_alloc(&g, x_bytes / 32 * 4);
     CUdeviceptr d_grad = gpu_alloc(&g, half_bytes), d_weight = gpu_alloc(&g, (size_t)rows * 4);
-    CUdeviceptr d_map = gpu_alloc(&g, (size_t)rows * 4), d_out = gpu_alloc(&g, half_bytes);
-    CUdeviceptr d_fp8 = gpu_alloc(&g, x_bytes), d_gsf = gpu_alloc(&g, x_bytes / 32 * 4);
-    CUdeviceptr d_xg = gpu_alloc(&g, x_bytes * 2), d_wgrad = gpu_alloc(&g, (size_t)rows * 4);
+    /* outputs carry the poisoned tail that download() checks */
+    CUdeviceptr d_map = gpu_alloc(&g, (size_t)rows * 4);
+    CUdeviceptr d_out = gpu_alloc(&g, half_bytes + TAIL_BYTES);
+    CUdeviceptr d_fp8 = gpu_alloc(&g, x_bytes + TAIL_BYTES);
+    CUdeviceptr d_gsf = gpu_alloc(&g, x_bytes / 32 * 4 + TAIL_BYTES);
+    CUdeviceptr d_xg = gpu_alloc(&g, x_bytes * 2 + TAIL_BYTES);
+    CUdeviceptr d_wgrad = gpu_alloc(&g, (size_t)rows * 4 + TAIL_BYTES);
     CU(&g, cuMemcpyHtoD(d_x, x, x_bytes));
     CU(&g, cuMemcpyHtoD(d_grad, grad, half_bytes));
     CU(&g, cuMemcpyHtoD(d_weight, weight, (size_t)rows * 4));
     CU(&g, cuMemcpyHtoD(d_map, map, (size_t)rows * 4));
     uint16_t *w_out = host_alloc(half_bytes), *w_xg = host_alloc(x_bytes * 2);
-    uint8_t *w_fp8 = host_alloc(x_bytes), *got = host_alloc(x_bytes * 2);
+    uint8_t *w_fp8 = host_alloc(x_bytes), *got = host_alloc(x_bytes * 2 + TAIL_BYTES);
     float *w_gsf = host_alloc(x_bytes / 32 * 4), *w_wg = host_alloc((size_t)rows * 4);
     float *argument = host_alloc(half_bytes * 2), *values = host_alloc(half_bytes * 2);
     double *magnitude = host_alloc((size_t)rows * sizeof(double));
@@ -652,6 +681,11 @@ Test(swiglu_backward, fast_path_boundaries) {
                 snprintf(what, sizeof what, "swiglu_backward boundaries npc=%d round=%d clamp=%g%s",
                          npc, round_sf, (double)clamp, c >= 0 ? "" : " (none)");
                 CU(&g, cuMemcpyHtoD(d_sf, x_sf, (size_t)(rows * groups) * 4));
+                poison(&g, d_out, half_bytes);
+                poison(&g, d_fp8, x_bytes);
+                poison(&g, d_gsf, (size_t)(rows * groups) * 4);
+                poison(&g, d_xg, x_bytes * 2);
+                poison(&g, d_wgrad, (size_t)rows * 4);
                 tk_tensor tx = tensor(d_x, TK_E4M3, 2, rows, width);
                 tk_tensor tsf = tensor(d_sf, TK_F32, 2, rows, groups);
                 tk_tensor tgrad = tensor(d_grad, TK_BF16, 2, rows, half);

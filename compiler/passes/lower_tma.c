@@ -52,6 +52,8 @@ typedef struct {
     bool ok;
     Facts *facts;
     PtrVec gemm_operands; /* Buffer*: shared A/B operands of a gemm */
+    PtrVec loaded;        /* Buffer*: shared destinations of global copies */
+    int deferred;         /* store groups whose wait was deferred */
     Buffer *bar;          /* the standalone loads' mbarrier, once needed */
     ClusterUniform *uniform; /* with a cluster: what every CTA agrees on */
     const Stmt *multicast; /* the first copy that multicasts */
@@ -67,9 +69,23 @@ static bool is_gemm_operand(TmaCtx *c, const Buffer *b)
     return false;
 }
 
+static bool is_loaded(TmaCtx *c, const Buffer *b)
+{
+    for (int i = 0; i < c->loaded.count; i++)
+        if (c->loaded.items[i] == b)
+            return true;
+    return false;
+}
+
+/* Records gemm operands, and the shared buffers that copies from global
+ * memory fill (their layout is the load's, so a store from them keeps
+ * it). */
 static void find_gemm_operand(void *opaque, Stmt *s)
 {
     TmaCtx *c = opaque;
+    if (s->kind == STMT_COPY && s->u.copy.src.buffer->scope == SCOPE_GLOBAL &&
+        s->u.copy.dst.buffer->scope == SCOPE_SHARED)
+        vec_push(c->k->arena, &c->loaded, s->u.copy.dst.buffer);
     if (s->kind != STMT_GEMM)
         return;
     if (s->u.gemm.a.buffer->scope == SCOPE_SHARED)
@@ -173,7 +189,13 @@ static const char *illegal_reason(TmaCtx *c, const Stmt *s, bool pipelined,
         slab *= sh->extent[d];
     }
     int64_t row = sh->extent[sb->rank - 1] * bytes;
-    *kind = is_gemm_operand(c, sb) ? SHARED_ASYNC_SWIZZLE128 : SHARED_ASYNC_PLAIN;
+    /* A store's source with 128-byte rows that no load fills takes the
+     * 128-byte swizzle too: the threads that write it (one 16-byte chunk
+     * of 8 consecutive rows per warp access in the MMA layout) then hit 8
+     * different chunks, where plain rows would be an 8-way bank conflict. */
+    bool swizzle = is_gemm_operand(c, sb) ||
+                   (store && row == SWIZZLE_ROW_BYTES && !is_loaded(c, sb));
+    *kind = swizzle ? SHARED_ASYNC_SWIZZLE128 : SHARED_ASYNC_PLAIN;
     if (*kind == SHARED_ASYNC_SWIZZLE128 && row != SWIZZLE_ROW_BYTES)
         return arena_printf(a, "'%s' is a gemm operand, so its rows must be "
                             "exactly %d bytes for the 128-byte swizzle; they "
@@ -460,16 +482,115 @@ static void emit_load_group(TmaCtx *c, Stmt *out, Stmt **copies, int n)
     ir_seq_append(k, out, flip);
 }
 
-/* fence proxy_async; barrier; if thread_idx() == 0 { store; commit; wait } */
-static void emit_store(TmaCtx *c, Stmt *out, Stmt *copy)
+/* ---- TMA stores -------------------------------------------------------- */
+
+/* Whether a statement (nested ones included) reads or writes `buffer`. */
+typedef struct {
+    const Buffer *buffer;
+    bool found;
+} Touch;
+
+static Expr *touch_expr(void *opaque, Expr *e)
+{
+    Touch *t = opaque;
+    if (e->kind == EXPR_LOAD && e->u.load.buffer == t->buffer)
+        t->found = true;
+    return e;
+}
+
+static void touch_stmt(void *opaque, Stmt *s)
+{
+    Touch *t = opaque;
+    PassBufferUse uses[PASS_MAX_BUFFER_USES];
+    int n = pass_stmt_buffer_uses(s, uses);
+    for (int i = 0; i < n; i++)
+        if (uses[i].buffer == t->buffer)
+            t->found = true;
+    pass_rewrite_stmt_exprs(s, false, touch_expr, t);
+}
+
+static bool touches(Stmt *s, const Buffer *buffer)
+{
+    Touch t = {.buffer = buffer, .found = false};
+    pass_visit_stmts(s, touch_stmt, &t);
+    return t.found;
+}
+
+static void find_return(void *opaque, Stmt *s)
+{
+    if (s->kind == STMT_RETURN)
+        *(bool *)opaque = true;
+}
+
+/* The end of the run of TMA stores that starts at items[i]. */
+static int store_group_end(Stmt *seq, int i)
+{
+    while (i < seq->u.seq.count && is_tma_store(seq->u.seq.items[i]))
+        i++;
+    return i;
+}
+
+/* The one shared buffer every store of items[i, end) reads, or NULL. */
+static Buffer *store_group_source(Stmt *seq, int i, int end)
+{
+    Buffer *b = seq->u.seq.items[i]->u.copy.src.buffer;
+    for (int j = i + 1; j < end; j++)
+        if (seq->u.seq.items[j]->u.copy.src.buffer != b)
+            return NULL;
+    return b;
+}
+
+/* A store group (ending at items[end]) of a serial loop's body may leave
+ * its bulk group in flight (the consumers go on to the next tile while
+ * the TMA engine reads the shared tile) when every other access to its
+ * buffer in the body comes before a store group of that buffer (nothing
+ * after the last one touches it), so each iteration reaches a `wait` (put
+ * before the first access of each run, see protocols_seq) before it
+ * touches the buffer again, and the body cannot leave the loop other than
+ * at its end, after which the tail wait follows. */
+static bool store_deferrable(Stmt *body, int end, Buffer *source)
+{
+    if (!source)
+        return false;
+    bool exits = false;
+    pass_visit_stmts(body, find_return, &exits);
+    if (exits)
+        return false;
+    int last = body->u.seq.count;
+    while (last > end && !(is_tma_store(body->u.seq.items[last - 1]) &&
+                           body->u.seq.items[last - 1]->u.copy.src.buffer == source))
+        last--;
+    for (int j = last; j < body->u.seq.count; j++)
+        if (touches(body->u.seq.items[j], source))
+            return false;
+    return true;
+}
+
+/* if thread_idx() == 0 { fence tma_store_wait 0 }; barrier: the bulk
+ * groups thread 0 committed have read their shared tiles, and every
+ * thread knows it before it writes one again. */
+static void emit_store_wait(TmaCtx *c, Stmt *out, Loc loc)
 {
     Kernel *k = c->k;
-    Loc loc = copy->loc;
+    Stmt *wait = async_fence(k, FENCE_TMA_STORE_WAIT, 0, loc);
+    ir_seq_append(k, out, async_if(k, async_thread_is(k, 0), ir_seq(k, &wait, 1), loc));
+    ir_seq_append(k, out, ir_new_stmt(k, STMT_BARRIER, loc));
+}
+
+/* fence proxy_async; barrier; if thread_idx() == 0 { stores; commit
+ * (; wait unless deferred) }: one barrier and one bulk group for a run of
+ * consecutive stores. */
+static void emit_store_group(TmaCtx *c, Stmt *out, Stmt **copies, int n,
+                             bool deferred)
+{
+    Kernel *k = c->k;
+    Loc loc = copies[0]->loc;
     ir_seq_append(k, out, async_fence(k, FENCE_PROXY_ASYNC, 0, loc));
     ir_seq_append(k, out, ir_new_stmt(k, STMT_BARRIER, loc));
-    Stmt *issue = ir_seq(k, &copy, 1);
+    Stmt *issue = ir_seq(k, copies, n);
     ir_seq_append(k, issue, async_fence(k, FENCE_TMA_STORE_COMMIT, 0, loc));
-    ir_seq_append(k, issue, async_fence(k, FENCE_TMA_STORE_WAIT, 0, loc));
+    if (!deferred)
+        ir_seq_append(k, issue, async_fence(k, FENCE_TMA_STORE_WAIT, 0, loc));
     ir_seq_append(k, out, async_if(k, async_thread_is(k, 0), issue, loc));
 }
 
@@ -497,14 +618,44 @@ static void prepend_barrier_init(TmaCtx *c)
 
 static Stmt *protocols(TmaCtx *c, Stmt *s, bool pipelined);
 
-static Stmt *protocols_seq(TmaCtx *c, Stmt *s, bool pipelined)
+/* `loop_body`: s is the body of a serial loop, where store groups may be
+ * deferred (store_deferrable); each deferred group's buffer then gets its
+ * wait before the first statement of the run of statements leading up to
+ * the group that touches it. */
+static Stmt *protocols_seq(TmaCtx *c, Stmt *s, bool pipelined, bool loop_body)
 {
     Kernel *k = c->k;
     Stmt *out = ir_seq(k, NULL, 0);
     out->loc = s->loc;
     int n = s->u.seq.count;
+    bool *wait_before = arena_alloc(k->arena, sizeof(bool) * (size_t)(n + 1));
+    bool *defer = arena_alloc(k->arena, sizeof(bool) * (size_t)(n + 1));
+    for (int i = 0; i <= n; i++)
+        wait_before[i] = defer[i] = false;
+    for (int i = 0; loop_body && i < n; i++) {
+        if (!is_tma_store(s->u.seq.items[i]))
+            continue;
+        int end = store_group_end(s, i);
+        Buffer *source = store_group_source(s, i, end);
+        if (store_deferrable(s, end, source)) {
+            defer[i] = true;
+            int from = i;
+            while (from > 0 && !(is_tma_store(s->u.seq.items[from - 1]) &&
+                                 s->u.seq.items[from - 1]->u.copy.src.buffer == source))
+                from--;
+            for (int j = from; j < i; j++)
+                if (touches(s->u.seq.items[j], source)) {
+                    wait_before[j] = true;
+                    break;
+                }
+            c->deferred++;
+        }
+        i = end - 1;
+    }
     for (int i = 0; i < n;) {
         Stmt *item = s->u.seq.items[i];
+        if (wait_before[i])
+            emit_store_wait(c, out, item->loc);
         if (!pipelined && is_standalone_load(item)) {
             int j = i;
             while (j < n && is_standalone_load(s->u.seq.items[j]))
@@ -514,12 +665,44 @@ static Stmt *protocols_seq(TmaCtx *c, Stmt *s, bool pipelined)
             i = j;
             continue;
         }
-        if (is_tma_store(item))
-            emit_store(c, out, item);
-        else
-            ir_seq_append(k, out, protocols(c, item, pipelined));
+        if (is_tma_store(item)) {
+            int end = store_group_end(s, i);
+            emit_store_group(c, out, &s->u.seq.items[i], end - i, defer[i]);
+            i = end;
+            continue;
+        }
+        Stmt *lowered = protocols(c, item, pipelined);
+        if (item->kind == STMT_FOR && lowered->kind == STMT_SEQ) {
+            /* the loop and its tail wait stay items of this sequence, so
+             * warp_specialize still finds the loop nest at the top */
+            for (int j = 0; j < lowered->u.seq.count; j++)
+                ir_seq_append(k, out, lowered->u.seq.items[j]);
+        } else {
+            ir_seq_append(k, out, lowered);
+        }
         i++;
     }
+    return out;
+}
+
+/* A serial loop whose body deferred a store's wait is followed by it:
+ * nothing after the loop (or the block's exit) finds a tile still being
+ * read. */
+static Stmt *protocols_loop(TmaCtx *c, Stmt *s)
+{
+    bool pipelined = s->u.loop.kind == LOOP_PIPELINED;
+    int before = c->deferred;
+    Stmt *body = s->u.loop.body;
+    if (body && body->kind == STMT_SEQ)
+        s->u.loop.body = protocols_seq(c, body, pipelined,
+                                       s->u.loop.kind == LOOP_SERIAL);
+    else
+        s->u.loop.body = protocols(c, body, pipelined);
+    if (c->deferred == before)
+        return s;
+    Stmt *out = ir_seq(c->k, &s, 1);
+    out->loc = s->loc;
+    emit_store_wait(c, out, s->loc);
     return out;
 }
 
@@ -529,11 +712,9 @@ static Stmt *protocols(TmaCtx *c, Stmt *s, bool pipelined)
         return NULL;
     switch (s->kind) {
     case STMT_SEQ:
-        return protocols_seq(c, s, pipelined);
+        return protocols_seq(c, s, pipelined, false);
     case STMT_FOR:
-        s->u.loop.body = protocols(c, s->u.loop.body,
-                                   s->u.loop.kind == LOOP_PIPELINED);
-        return s;
+        return protocols_loop(c, s);
     case STMT_IF:
         s->u.if_.then_body = protocols(c, s->u.if_.then_body, pipelined);
         s->u.if_.else_body = protocols(c, s->u.if_.else_body, pipelined);
@@ -541,7 +722,7 @@ static Stmt *protocols(TmaCtx *c, Stmt *s, bool pipelined)
     case STMT_COPY:
         if ((!pipelined && is_standalone_load(s)) || is_tma_store(s)) {
             Stmt *seq = ir_seq(c->k, &s, 1);
-            return protocols_seq(c, seq, pipelined);
+            return protocols_seq(c, seq, pipelined, false);
         }
         return s;
     default:

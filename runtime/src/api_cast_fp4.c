@@ -124,8 +124,8 @@ typedef tk_status (*tk__row_launcher)(const tk_tensor *, const tk_tensor *,
                                       tk_stream);
 typedef tk_status (*tk__requant_launcher)(const tk_tensor *, const tk_tensor *,
                                           const tk_tensor *, const tk_tensor *,
-                                          int32_t, int32_t, int32_t, bool,
-                                          bool, bool, tk_stream);
+                                          int32_t, int32_t, int32_t, int32_t,
+                                          int32_t, bool, bool, bool, tk_stream);
 
 static const struct {
     tk_dtype in, format;
@@ -380,6 +380,23 @@ static tk_status tk__input_sf_bytes(const char *function, const char *name,
     return TK_SUCCESS;
 }
 
+/* The shift that maps an index below `extent` to its block of `block`
+ * (index / block), or -1 where only a division does: log2 of a
+ * power-of-two block, and for a block spanning the whole extent any
+ * shift with 2^shift >= extent (every index maps to block 0). */
+static int tk__block_shift(int block, int64_t extent)
+{
+    if (block >= extent) {
+        int shift = 0;
+        while (shift < 30 && (INT64_C(1) << shift) < extent)
+            shift++;
+        return (INT64_C(1) << shift) >= extent ? shift : -1;
+    }
+    if ((block & (block - 1)) != 0)
+        return -1;
+    return tk__log2(block);
+}
+
 tk_status tk_per_token_cast_quantized(const tk_tensor *x, const tk_tensor *x_sf,
                                       int x_block_m, int x_block_k,
                                       int num_per_channels, bool round_sf,
@@ -464,8 +481,9 @@ tk_status tk_per_token_cast_quantized(const tk_tensor *x, const tk_tensor *x_sf,
         tk__set_last_instance(tk__requant_instances[i].name);
         return tk__requant_instances[i].launcher(
             &input, &x_sf_bytes, &out_bytes, &sf_bytes,
-            tk__log2(num_per_channels), x_block_m, x_block_k, x_packed,
-            round_sf, packed, stream);
+            tk__log2(num_per_channels), x_block_m, x_block_k,
+            tk__block_shift(x_block_m, tokens), tk__block_shift(x_block_k, hidden),
+            x_packed, round_sf, packed, stream);
     }
     return tk__fail(TK_ERROR_UNSUPPORTED, "%s: no instance for %s input to %s",
                     function, fp4_in ? "e2m1" : "e4m3", tk__format_name(format));
@@ -473,22 +491,6 @@ tk_status tk_per_token_cast_quantized(const tk_tensor *x, const tk_tensor *x_sf,
 
 /* ---- cast_back from packed FP4 ---------------------------------------------- */
 
-/* The shift that maps an index below `extent` to its block of `block`
- * (index / block), or -1 where only a division does: log2 of a
- * power-of-two block, and for a block spanning the whole extent any
- * shift with 2^shift >= extent (every index maps to block 0). */
-static int tk__block_shift(int block, int64_t extent)
-{
-    if (block >= extent) {
-        int shift = 0;
-        while (shift < 30 && (INT64_C(1) << shift) < extent)
-            shift++;
-        return (INT64_C(1) << shift) >= extent ? shift : -1;
-    }
-    if ((block & (block - 1)) != 0)
-        return -1;
-    return tk__log2(block);
-}
 
 tk_status tk__cast_back_fp4(const char *function, const tk_tensor *x,
                             const tk_tensor *sf, bool packed, int block_m,

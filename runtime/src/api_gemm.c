@@ -24,10 +24,12 @@
  * multicast (docs/hopper.md 11); the launchers round the grid up to whole
  * clusters and launch through cuLaunchKernelEx.
  *
- * The persistent instances of gemm_bf16 (kernels/gemm_persistent.tk) take
- * the SM count of the current context's device, read once per device
- * through the driver table and cached: the kernel launches min(SMs,
- * tiles) blocks and steps over the tiles by the SM count.
+ * The persistent instances of gemm_bf16 (kernels/gemm_persistent.tk) and
+ * of the fp8 GEMM (kernels/gemm_fp8_persistent.tk) take the SM count of
+ * the current context's device, read once per device through the driver
+ * table and cached: the kernel launches min(SMs, tiles) blocks (the
+ * cluster ones whole clusters of them) and steps over the tiles by the
+ * SM count.
  */
 #include "api_gemm.h"
 #include "tk_internal.h"
@@ -50,50 +52,68 @@ typedef tk_status (*tk__gemm_bf16_persistent_launcher)(const tk_tensor *a,
 typedef tk_status (*tk__gemm_fp8_launcher)(const tk_tensor *a, const tk_tensor *sfa,
                                            const tk_tensor *b, const tk_tensor *sfb,
                                            const tk_tensor *d, tk_stream stream);
+typedef tk_status (*tk__gemm_fp8_persistent_launcher)(const tk_tensor *a,
+                                                      const tk_tensor *sfa,
+                                                      const tk_tensor *b,
+                                                      const tk_tensor *sfb,
+                                                      const tk_tensor *d, int32_t sms,
+                                                      tk_stream stream);
 
-/* Indexed by tk__gemm_variant; one of the launchers is set. */
+/* The bf16 instances, by variant; one of the launchers is set. */
 static const struct {
+    tk__gemm_variant variant;
     const char *name;
     tk__gemm_bf16_launcher launcher;
     tk__gemm_bf16_persistent_launcher persistent;
 } tk__gemm_bf16_instances[] = {
-    {"gemm_bf16__default", tkl_gemm_bf16__default, NULL},
-    {"gemm_bf16__tma_off", tkl_gemm_bf16__tma_off, NULL},
-    {"gemm_bf16__ws_off", tkl_gemm_bf16__ws_off, NULL},
-    {"gemm_bf16_persistent__default", NULL, tkl_gemm_bf16_persistent__default},
-    {"gemm_bf16_persistent__ws_off", NULL, tkl_gemm_bf16_persistent__ws_off},
-    {"gemm_bf16_persistent__band16", NULL, tkl_gemm_bf16_persistent__band16},
+    {TK__GEMM_DEFAULT, "gemm_bf16__default", tkl_gemm_bf16__default, NULL},
+    {TK__GEMM_TMA_OFF, "gemm_bf16__tma_off", tkl_gemm_bf16__tma_off, NULL},
+    {TK__GEMM_WS_OFF, "gemm_bf16__ws_off", tkl_gemm_bf16__ws_off, NULL},
+    {TK__GEMM_PERSISTENT, "gemm_bf16_persistent__default", NULL,
+     tkl_gemm_bf16_persistent__default},
+    {TK__GEMM_PERSISTENT_WS_OFF, "gemm_bf16_persistent__ws_off", NULL,
+     tkl_gemm_bf16_persistent__ws_off},
+    {TK__GEMM_PERSISTENT_BAND16, "gemm_bf16_persistent__band16", NULL,
+     tkl_gemm_bf16_persistent__band16},
+    {TK__GEMM_PERSISTENT_STORE, "gemm_bf16_persistent_store__default", NULL,
+     tkl_gemm_bf16_persistent_store__default},
+    {TK__GEMM_PERSISTENT_STORE_HALF, "gemm_bf16_persistent_store_half__default", NULL,
+     tkl_gemm_bf16_persistent_store_half__default},
 };
 
-/* The fp8 instances, by variant (the persistent ones do not exist). */
+/* The fp8 instances, by variant; one of the launchers is set (the
+ * persistent ones take the SM count). */
 static const struct {
     tk__gemm_variant variant;
     const char *name;
     tk__gemm_fp8_launcher launcher;
+    tk__gemm_fp8_persistent_launcher persistent;
 } tk__gemm_fp8_instances[] = {
-    {TK__GEMM_DEFAULT, "gemm_fp8_blockscaled__default", tkl_gemm_fp8_blockscaled__default},
-    {TK__GEMM_TMA_OFF, "gemm_fp8_blockscaled__tma_off", tkl_gemm_fp8_blockscaled__tma_off},
-    {TK__GEMM_WS_OFF, "gemm_fp8_blockscaled__ws_off", tkl_gemm_fp8_blockscaled__ws_off},
+    {TK__GEMM_DEFAULT, "gemm_fp8_blockscaled__default", tkl_gemm_fp8_blockscaled__default, NULL},
+    {TK__GEMM_TMA_OFF, "gemm_fp8_blockscaled__tma_off", tkl_gemm_fp8_blockscaled__tma_off, NULL},
+    {TK__GEMM_WS_OFF, "gemm_fp8_blockscaled__ws_off", tkl_gemm_fp8_blockscaled__ws_off, NULL},
     {TK__GEMM_WIDE, "gemm_fp8_blockscaled_wide__default",
-     tkl_gemm_fp8_blockscaled_wide__default},
-    {TK__GEMM_CLUSTER2, "gemm_fp8_blockscaled__cluster2", tkl_gemm_fp8_blockscaled__cluster2},
+     tkl_gemm_fp8_blockscaled_wide__default, NULL},
+    {TK__GEMM_CLUSTER2, "gemm_fp8_blockscaled__cluster2", tkl_gemm_fp8_blockscaled__cluster2, NULL},
     {TK__GEMM_CLUSTER2_WS_OFF, "gemm_fp8_blockscaled__cluster2_ws_off",
-     tkl_gemm_fp8_blockscaled__cluster2_ws_off},
+     tkl_gemm_fp8_blockscaled__cluster2_ws_off, NULL},
     {TK__GEMM_WIDE_CLUSTER2, "gemm_fp8_blockscaled_wide__cluster2",
-     tkl_gemm_fp8_blockscaled_wide__cluster2},
+     tkl_gemm_fp8_blockscaled_wide__cluster2, NULL},
+    {TK__GEMM_FP8_PERSISTENT, "gemm_fp8_blockscaled_persistent__default", NULL,
+     tkl_gemm_fp8_blockscaled_persistent__default},
+    {TK__GEMM_FP8_PERSISTENT_WS_OFF, "gemm_fp8_blockscaled_persistent__ws_off", NULL,
+     tkl_gemm_fp8_blockscaled_persistent__ws_off},
+    {TK__GEMM_FP8_PERSISTENT_BAND16, "gemm_fp8_blockscaled_persistent__band16", NULL,
+     tkl_gemm_fp8_blockscaled_persistent__band16},
+    {TK__GEMM_FP8_PERSISTENT_CLUSTER2, "gemm_fp8_blockscaled_persistent__cluster2", NULL,
+     tkl_gemm_fp8_blockscaled_persistent__cluster2},
+    {TK__GEMM_FP8_WIDE_PERSISTENT, "gemm_fp8_blockscaled_wide_persistent__default", NULL,
+     tkl_gemm_fp8_blockscaled_wide_persistent__default},
+    {TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2, "gemm_fp8_blockscaled_wide_persistent__cluster2",
+     NULL, tkl_gemm_fp8_blockscaled_wide_persistent__cluster2},
 };
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
-
-/* variant indexes a table of count instances. */
-static tk_status tk__check_variant(const char *function, tk__gemm_variant variant,
-                                   int count)
-{
-    if ((int)variant < 0 || (int)variant >= count)
-        return tk__fail(TK_ERROR_INVALID_ARGUMENT, "%s: unknown instance variant %d",
-                        function, (int)variant);
-    return TK_SUCCESS;
-}
 
 /* The number of SMs of the current context's device, cached per device
  * ordinal (every thread that races to fill a slot writes the same value). */
@@ -188,22 +208,27 @@ tk_status tk__gemm_bf16_variant(const tk_tensor *a, const tk_tensor *b, const tk
 {
     static const char function[] = "tk_gemm_bf16";
     tk__set_last_instance(NULL);
+    int index = 0;
+    while (index < TK_COUNT(tk__gemm_bf16_instances) &&
+           tk__gemm_bf16_instances[index].variant != variant)
+        index++;
+    if (index == TK_COUNT(tk__gemm_bf16_instances))
+        return tk__fail(TK_ERROR_INVALID_ARGUMENT, "%s: unknown instance variant %d",
+                        function, (int)variant);
     tk_status status;
-    if ((status = tk__check_variant(function, variant,
-                                    TK_COUNT(tk__gemm_bf16_instances))) ||
-        (status = tk__check_operands(function, a, b, d, TK_BF16, 8)))
+    if ((status = tk__check_operands(function, a, b, d, TK_BF16, 8)))
         return status;
     if (tk__tensor_empty(d))
         return TK_SUCCESS;
     if (a->shape[1] == 0)
         return tk__gemm_zero(function, d, stream);
-    tk__set_last_instance(tk__gemm_bf16_instances[variant].name);
-    if (tk__gemm_bf16_instances[variant].launcher)
-        return tk__gemm_bf16_instances[variant].launcher(a, b, d, stream);
+    tk__set_last_instance(tk__gemm_bf16_instances[index].name);
+    if (tk__gemm_bf16_instances[index].launcher)
+        return tk__gemm_bf16_instances[index].launcher(a, b, d, stream);
     int32_t sms = 1;
     if ((status = tk__gemm_sm_count(function, &sms)))
         return status;
-    return tk__gemm_bf16_instances[variant].persistent(a, b, d, sms, stream);
+    return tk__gemm_bf16_instances[index].persistent(a, b, d, sms, stream);
 }
 
 tk_status tk_gemm_bf16(const tk_tensor *a, const tk_tensor *b, const tk_tensor *d,
@@ -300,7 +325,14 @@ tk_status tk__gemm_fp8_blockscaled_variant(const tk_tensor *a, const tk_tensor *
     if (scales_b.shape[1] == 1)
         scales_b.strides[1] = 1;
     tk__set_last_instance(tk__gemm_fp8_instances[instance].name);
-    return tk__gemm_fp8_instances[instance].launcher(a, &sfa_storage, b, &scales_b, d, stream);
+    if (tk__gemm_fp8_instances[instance].launcher)
+        return tk__gemm_fp8_instances[instance].launcher(a, &sfa_storage, b, &scales_b, d,
+                                                         stream);
+    int32_t sms = 1;
+    if ((status = tk__gemm_sm_count(function, &sms)))
+        return status;
+    return tk__gemm_fp8_instances[instance].persistent(a, &sfa_storage, b, &scales_b, d, sms,
+                                                       stream);
 }
 
 tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a, const tk_tensor *sfa,

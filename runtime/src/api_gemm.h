@@ -13,7 +13,9 @@
 /* Which instance of a GEMM kernel a call launches.  The persistent ones
  * exist for gemm_bf16 only (kernels/gemm_persistent.tk: one block per SM
  * looping over the tiles); the fp8 GEMM rejects them.  The wide and
- * cluster ones (docs/hopper.md 11) exist for the fp8 GEMM only. */
+ * cluster ones (docs/hopper.md 11) exist for the fp8 GEMM only, and so do
+ * the FP8_PERSISTENT* ones (kernels/gemm_fp8_persistent.tk: one block per
+ * SM walking the tiles of the fp8 kernels). */
 typedef enum tk__gemm_variant {
     TK__GEMM_DEFAULT = 0,           /* TMA and warp specialisation where legal */
     TK__GEMM_TMA_OFF = 1,           /* copies through registers, no tensor maps */
@@ -24,7 +26,17 @@ typedef enum tk__gemm_variant {
     TK__GEMM_WIDE = 6,              /* fp8: 256 x 128 tiles (gemm_fp8_wide.tk) */
     TK__GEMM_CLUSTER2 = 7,          /* fp8: 128 x 128, clusters of 2 sharing B */
     TK__GEMM_CLUSTER2_WS_OFF = 8,   /* fp8: the same without a producer warpgroup */
-    TK__GEMM_WIDE_CLUSTER2 = 9      /* fp8: 256 x 128, clusters of 2 sharing A */
+    TK__GEMM_WIDE_CLUSTER2 = 9,     /* fp8: 256 x 128, clusters of 2 sharing A */
+    TK__GEMM_FP8_PERSISTENT = 10,   /* fp8: 128 x 128, persistent, bands of 8 */
+    TK__GEMM_FP8_PERSISTENT_WS_OFF = 11, /* fp8: the same without a producer warpgroup */
+    TK__GEMM_FP8_PERSISTENT_BAND16 = 12, /* fp8: 128 x 128, persistent, bands of 16 */
+    TK__GEMM_FP8_PERSISTENT_CLUSTER2 = 13, /* fp8: 128 x 128, persistent, B multicast */
+    TK__GEMM_FP8_WIDE_PERSISTENT = 14,     /* fp8: 256 x 128, persistent */
+    TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2 = 15, /* fp8: 256 x 128, persistent, A multicast */
+    /* bf16, persistent, epilogue through shared memory and TMA stores
+     * (kernels/gemm_bf16_store.tk) */
+    TK__GEMM_PERSISTENT_STORE = 24,      /* 3 stages + the whole 128 x 256 tile */
+    TK__GEMM_PERSISTENT_STORE_HALF = 25  /* 4 stages + a 128 x 128 half tile */
 } tk__gemm_variant;
 
 /* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)

@@ -1,0 +1,289 @@
+/*
+ * test_fp4_f16x2.c -- proves the packed f16x2 FP4 encoder of stdlib/fp4.tk
+ * (fp4_pack8_f16x2 and its helpers, used by per_token_requant from e4m3
+ * data whenever the combined multiplier is a power of two 2^-14..2^15)
+ * bit-exact against the reference encoder, exhaustively, with no GPU.
+ *
+ * Each PTX instruction the tk code issues is replayed in C on the same
+ * 32-bit words: cvt.rn.f16x2.e4m3x2 as the exact f16 of each byte,
+ * mul/fma.rn.f16x2 as the exact result rounded to f16 (ties to even,
+ * subnormals kept, overflow to infinity), min/max.f16x2 dropping a NaN
+ * operand, max.xorsign.abs.f16x2, prmt.b32 with its sign mode, and the
+ * integer steps.  Every e4m3 code (NaN, subnormals, -0 included) is
+ * encoded in every lane position of the 8-element word next to every
+ * other code, with every multiplier the gate fp4_f16_multiplier admits,
+ * and compared with ref_e2m1_from_f32(f32(v) * 2^q) -- the kernel's f32
+ * path.  The same runs with f16 subnormal inputs and results flushed,
+ * which must not change any code.  The packed |max| is checked against
+ * fmaxf of fabsf for every pair of codes, and the gate for every sign and
+ * exponent.
+ */
+#pragma GCC optimize("fp-contract=off")
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "reference.h"
+
+static float f32_of(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return bits;
+}
+
+static bool flush; /* replay a hardware that flushes f16 subnormals */
+
+static bool f16_is_nan(uint16_t h) { return (h & 0x7FFFu) > 0x7C00u; }
+
+/* The value of an f16 pattern (a NaN as NaN). */
+static double f16_value(uint16_t h) {
+    unsigned exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+    double sign = (h & 0x8000u) ? -1.0 : 1.0;
+    if (exponent == 0x1Fu)
+        return mantissa ? NAN : sign * INFINITY;
+    if (exponent == 0)
+        return flush ? sign * 0.0 : sign * ldexp(mantissa, -24);
+    return sign * ldexp(1024 + mantissa, (int)exponent - 25);
+}
+
+/* An exact double rounded to f16: ties to even, subnormals kept (or
+ * flushed to a signed zero), overflow to infinity. */
+static uint16_t f16_round(double v) {
+    if (isnan(v))
+        return 0x7FFFu;
+    uint16_t sign = signbit(v) ? 0x8000u : 0;
+    double a = fabs(v);
+    if (a == 0.0)
+        return sign;
+    int e;
+    frexp(a, &e);
+    int exponent = e - 1;
+    if (exponent < -14)
+        exponent = -14; /* subnormal spacing 2^-24 */
+    double ulp = ldexp(1.0, exponent - 10);
+    double q = a / ulp, r = floor(q), frac = q - r;
+    if (frac > 0.5 || (frac == 0.5 && fmod(r, 2.0) != 0.0))
+        r += 1.0;
+    double rounded = r * ulp;
+    if (rounded > 65504.0)
+        return sign | 0x7C00u;
+    if (rounded < ldexp(1.0, -14))
+        return flush ? sign : (uint16_t)(sign | (uint16_t)(rounded / ldexp(1.0, -24)));
+    int re;
+    frexp(rounded, &re);
+    unsigned biased = (unsigned)(re - 1 + 15);
+    unsigned mantissa = (unsigned)(ldexp(rounded, -(re - 1)) * 1024.0) - 1024u;
+    return (uint16_t)(sign | (biased << 10) | mantissa);
+}
+
+/* The exact f16 of an e4m3 code (every e4m3 value is an f16 value). */
+static uint16_t f16_of_e4m3(uint8_t code) {
+    if ((code & 0x7Fu) == 0x7Fu)
+        return 0x7FFFu;
+    bool saved = flush;
+    flush = false;
+    uint16_t h = f16_round((double)ref_e4m3_to_f32(code));
+    flush = saved;
+    return h;
+}
+
+typedef uint16_t (*lane_op)(uint16_t, uint16_t, uint16_t);
+
+static uint32_t per_lane(lane_op op, uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t lo = op((uint16_t)a, (uint16_t)b, (uint16_t)c);
+    uint32_t hi = op((uint16_t)(a >> 16), (uint16_t)(b >> 16), (uint16_t)(c >> 16));
+    return lo | (hi << 16);
+}
+
+static uint16_t mul_lane(uint16_t a, uint16_t b, uint16_t c) {
+    (void)c;
+    if (f16_is_nan(a) || f16_is_nan(b))
+        return 0x7FFFu;
+    return f16_round(f16_value(a) * f16_value(b));
+}
+
+static uint16_t fma_lane(uint16_t a, uint16_t b, uint16_t c) {
+    if (f16_is_nan(a) || f16_is_nan(b) || f16_is_nan(c))
+        return 0x7FFFu;
+    /* small operands: a * b + c is exact in double, one rounding */
+    return f16_round(f16_value(a) * f16_value(b) + f16_value(c));
+}
+
+/* min/max.f16x2 without .NaN: a NaN operand yields the other one; -0 is
+ * below +0. */
+static uint16_t min_lane(uint16_t a, uint16_t b, uint16_t c) {
+    (void)c;
+    if (f16_is_nan(a))
+        return f16_is_nan(b) ? 0x7FFFu : b;
+    if (f16_is_nan(b))
+        return a;
+    double x = f16_value(a), y = f16_value(b);
+    if (x == y)
+        return (a & 0x8000u) ? a : b;
+    return x < y ? a : b;
+}
+
+static uint16_t max_lane(uint16_t a, uint16_t b, uint16_t c) {
+    (void)c;
+    if (f16_is_nan(a))
+        return f16_is_nan(b) ? 0x7FFFu : b;
+    if (f16_is_nan(b))
+        return a;
+    double x = f16_value(a), y = f16_value(b);
+    if (x == y)
+        return (a & 0x8000u) ? b : a;
+    return x > y ? a : b;
+}
+
+static uint16_t max_xorsign_abs_lane(uint16_t a, uint16_t b, uint16_t c) {
+    (void)c;
+    uint16_t m = max_lane(a & 0x7FFFu, b & 0x7FFFu, 0);
+    return (uint16_t)((m & 0x7FFFu) | ((a ^ b) & 0x8000u));
+}
+
+static uint32_t f16x2_mul(uint32_t a, uint32_t b) { return per_lane(mul_lane, a, b, 0); }
+static uint32_t f16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+    return per_lane(fma_lane, a, b, c);
+}
+static uint32_t f16x2_min(uint32_t a, uint32_t b) { return per_lane(min_lane, a, b, 0); }
+static uint32_t f16x2_max(uint32_t a, uint32_t b) { return per_lane(max_lane, a, b, 0); }
+static uint32_t f16x2_max_xorsign_abs(uint32_t a, uint32_t b) {
+    return per_lane(max_xorsign_abs_lane, a, b, 0);
+}
+
+static uint32_t e4m3x2_f16x2(uint32_t pair) {
+    uint32_t low = f16_of_e4m3((uint8_t)pair), high = f16_of_e4m3((uint8_t)(pair >> 8));
+    return low | (high << 16);
+}
+
+/* prmt.b32 d, a, b, c (default mode), as in test_fp4_packed.c. */
+static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+    uint64_t bytes = (uint64_t)a | ((uint64_t)b << 32);
+    uint32_t d = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned nibble = (selector >> (4 * i)) & 0xFu;
+        uint32_t byte = (uint32_t)(bytes >> (8 * (nibble & 7u))) & 0xFFu;
+        if (nibble & 8u)
+            byte = (byte & 0x80u) ? 0xFFu : 0x00u;
+        d |= byte << (8 * i);
+    }
+    return d;
+}
+
+/* ---- stdlib/fp4.tk, line for line ---------------------------------------- */
+
+static bool fp4_f16_multiplier(float m) {
+    uint32_t bits = bits_of(m);
+    return (bits & 0x007FFFFFu) == 0u && bits - 0x38800000u <= 0x0E800000u;
+}
+
+static uint32_t fp4_f16x2_splat(float m) { return (((bits_of(m) >> 23) - 112u) << 10) * 0x10001u; }
+
+static float f32_of_f16(uint16_t h) { return (float)f16_value(h); }
+
+static float fp4_f16x2_amax(uint32_t hi, uint32_t lo) {
+    float top = fmaxf(f32_of_f16((uint16_t)hi), f32_of_f16((uint16_t)(hi >> 16)));
+    float bottom = fminf(f32_of_f16((uint16_t)lo), f32_of_f16((uint16_t)(lo >> 16)));
+    return fmaxf(top, -bottom);
+}
+
+static uint32_t fp4_f16x2_codes(uint32_t y) {
+    uint32_t c = f16x2_max(f16x2_min(y, 0x46004600u), 0xC600C600u);
+    uint32_t b = f16x2_max_xorsign_abs(c & 0xFC00FC00u, 0x3C003C00u);
+    uint32_t s = f16x2_fma(b, 0x60006000u, c);
+    return s + (s >> 9);
+}
+
+static uint32_t fp4_gather8(uint32_t u0, uint32_t u1, uint32_t u2, uint32_t u3) {
+    uint32_t n01 = prmt(u0, u1, 0x6420u) | (prmt(u0, u1, 0xFDB9u) & 0x08080808u);
+    uint32_t n23 = prmt(u2, u3, 0x6420u) | (prmt(u2, u3, 0xFDB9u) & 0x08080808u);
+    uint32_t even = prmt(n01, n23, 0x6420u);
+    uint32_t odd = prmt(n01, n23, 0x7531u);
+    return even ^ ((even ^ (odd << 4)) & 0xF0F0F0F0u);
+}
+
+static uint32_t fp4_pack8_f16x2(uint32_t p0, uint32_t p1, uint32_t p2, uint32_t p3,
+                                uint32_t m) {
+    return fp4_gather8(fp4_f16x2_codes(f16x2_mul(p0, m)), fp4_f16x2_codes(f16x2_mul(p1, m)),
+                       fp4_f16x2_codes(f16x2_mul(p2, m)), fp4_f16x2_codes(f16x2_mul(p3, m)));
+}
+
+/* ---- the exhaustive comparison ------------------------------------------- */
+
+/* Every e4m3 code in every lane: element i of word w is code
+ * (8w + i + pass) * STEP mod 256, one odd STEP per pass. */
+static long sweep(int q) {
+    static const unsigned steps[3] = {1u, 0x9Du, 0x2Bu};
+    float m = ldexpf(1.0f, q);
+    uint32_t splat = fp4_f16x2_splat(m);
+    long bad = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (uint32_t base = 0; base < 256u * 8u; base += 8) {
+            uint8_t e[8];
+            for (int i = 0; i < 8; i++)
+                e[i] = (uint8_t)((base + (uint32_t)i + (uint32_t)pass) * steps[pass]);
+            uint32_t p[4];
+            for (int j = 0; j < 4; j++)
+                p[j] = e4m3x2_f16x2((uint32_t)e[2 * j] | ((uint32_t)e[2 * j + 1] << 8));
+            uint32_t word = fp4_pack8_f16x2(p[0], p[1], p[2], p[3], splat);
+            for (int i = 0; i < 8; i++) {
+                unsigned want = ref_e2m1_from_f32(ref_e4m3_to_f32(e[i]) * m);
+                unsigned got = (word >> (4 * i)) & 0xFu;
+                if (got != want && bad++ < 4)
+                    cr_log_error("e4m3 0x%02x * 2^%d (lane %d, flush %d): packed 0x%x, "
+                                 "reference 0x%x", e[i], q, i, (int)flush, got, want);
+            }
+        }
+    return bad;
+}
+
+Test(fp4_f16x2, gate_admits_exactly_the_f16_normal_powers_of_two) {
+    for (uint32_t top = 0; top < 0x200u; top++) {
+        int exponent = (int)(top & 0xFFu) - 127;
+        bool want = top < 0x100u && exponent >= -14 && exponent <= 15;
+        cr_assert_eq(fp4_f16_multiplier(f32_of(top << 23)), want, "0x%08x", top << 23);
+        cr_assert(!fp4_f16_multiplier(f32_of((top << 23) | 0x200000u)));
+        if (want)
+            cr_assert_eq(fp4_f16x2_splat(f32_of(top << 23)),
+                         (uint32_t)f16_round(ldexp(1.0, exponent)) * 0x10001u);
+    }
+}
+
+Test(fp4_f16x2, every_code_and_multiplier_matches_the_reference) {
+    long bad = 0;
+    for (int q = -14; q <= 15; q++)
+        bad += sweep(q);
+    cr_assert_eq(bad, 0, "%ld mismatching elements", bad);
+}
+
+Test(fp4_f16x2, flushed_subnormals_change_no_code) {
+    flush = true;
+    long bad = 0;
+    for (int q = -14; q <= 15; q++)
+        bad += sweep(q);
+    flush = false;
+    cr_assert_eq(bad, 0, "%ld mismatching elements with flushing", bad);
+}
+
+Test(fp4_f16x2, packed_amax_of_every_pair) {
+    for (uint32_t a = 0; a < 256u; a++)
+        for (uint32_t b = 0; b < 256u; b++) {
+            uint32_t pair = e4m3x2_f16x2(a | (b << 8));
+            float got = fp4_f16x2_amax(f16x2_max(0u, pair), f16x2_min(0u, pair));
+            float want = fmaxf(fmaxf(0.0f, fabsf(ref_e4m3_to_f32((uint8_t)a))),
+                               fabsf(ref_e4m3_to_f32((uint8_t)b)));
+            /* equal values: the sign of a zero |max| does not matter,
+             * the clamp max(amax, CLAMP_MIN) follows */
+            cr_assert(got == want, "e4m3 0x%02x 0x%02x: %a, want %a", a, b, (double)got,
+                      (double)want);
+        }
+}
