@@ -100,6 +100,17 @@ static const gemm_params FP8_8K_WIDE_PERSISTENT_CLUSTER2 = {TK_E4M3, 8192, 8192,
                                                             TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2};
 static const gemm_params FP8_MOE_WIDE_PERSISTENT_CLUSTER2 = {TK_E4M3, 4096, 7168, 2048,
                                                              TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2};
+/* The persistent fp8 instances with the TMA-store epilogue
+ * (kernels/gemm_fp8_store.tk): 128 x 128 in bands of 16 with 3 stages and
+ * a half tile; 256 x 128 with 3 stages and the whole tile. */
+static const gemm_params FP8_8K_PERSISTENT_STORE = {TK_E4M3, 8192, 8192, 8192,
+                                                    TK__GEMM_FP8_PERSISTENT_STORE};
+static const gemm_params FP8_MOE_PERSISTENT_STORE = {TK_E4M3, 4096, 7168, 2048,
+                                                     TK__GEMM_FP8_PERSISTENT_STORE};
+static const gemm_params FP8_8K_WIDE_PERSISTENT_STORE = {TK_E4M3, 8192, 8192, 8192,
+                                                         TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
+static const gemm_params FP8_MOE_WIDE_PERSISTENT_STORE = {TK_E4M3, 4096, 7168, 2048,
+                                                          TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
 
 static void teardown(const tkb_context *ctx, void *opaque) {
     gemm_state *s = opaque;
@@ -235,8 +246,9 @@ static bool setup(const tkb_context *ctx, const tkb_case *c, void **state, doubl
 static tk_status launch(void *opaque) {
     gemm_state *s = opaque;
     /* every row names its instance (the public entry points pick one of
-     * them: tk_gemm_bf16 the persistent one, tk_gemm_fp8_blockscaled the
-     * default) */
+     * them: tk_gemm_bf16 the persistent one with the TMA-store epilogue,
+     * tk_gemm_fp8_blockscaled the persistent 128 x 128 one with the
+     * TMA-store epilogue) */
     if (s->p->input == TK_E4M3)
         return tk__gemm_fp8_blockscaled_variant(&s->ta, &s->tsfa, &s->tb, &s->tsfb, &s->td,
                                                 s->p->variant, NULL);
@@ -357,9 +369,9 @@ static const tkb_case CASES[] = {
      verify, teardown, &FP8_8K},
     {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 1x128,128x128 ->bf16", setup, launch,
      verify, teardown, &FP8_MOE},
-    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 (tk_gemm_bf16) bands of 8", setup, launch,
+    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 bands of 8", setup, launch,
      verify, teardown, &BF16_8K_PERSISTENT},
-    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 (tk_gemm_bf16) bands of 8", setup, launch,
+    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 bands of 8", setup, launch,
      verify, teardown, &BF16_MOE_PERSISTENT},
     {"gemm_fp8_blockscaled", "8192x8192x8192", "e4m3 256x128 tiles", setup, launch, verify,
      teardown, &FP8_8K_WIDE},
@@ -369,9 +381,9 @@ static const tkb_case CASES[] = {
      teardown, &BF16_8K_BAND16},
     {"gemm_bf16_persistent", "4096x7168x2048", "bf16 bands of 16", setup, launch, verify,
      teardown, &BF16_MOE_BAND16},
-    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 TMA-store epilogue, 3 stages + tile",
+    {"gemm_bf16_persistent", "8192x8192x8192", "bf16 (tk_gemm_bf16) TMA-store epilogue, 3 stages + tile",
      setup, launch, verify, teardown, &BF16_8K_STORE},
-    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 TMA-store epilogue, 3 stages + tile",
+    {"gemm_bf16_persistent", "4096x7168x2048", "bf16 (tk_gemm_bf16) TMA-store epilogue, 3 stages + tile",
      setup, launch, verify, teardown, &BF16_MOE_STORE},
     {"gemm_bf16_persistent", "8192x8192x8192", "bf16 TMA-store epilogue, 4 stages + half tile",
      setup, launch, verify, teardown, &BF16_8K_STORE_HALF},
@@ -405,6 +417,18 @@ static const tkb_case CASES[] = {
      launch, verify, teardown, &FP8_8K_WIDE_PERSISTENT_CLUSTER2},
     {"gemm_fp8_blockscaled", "4096x7168x2048", "e4m3 256x128 persistent, A multicast", setup,
      launch, verify, teardown, &FP8_MOE_WIDE_PERSISTENT_CLUSTER2},
+    {"gemm_fp8_blockscaled", "8192x8192x8192",
+     "e4m3 (tk_gemm_fp8_blockscaled) 128x128 persistent, TMA-store epilogue", setup,
+     launch, verify, teardown, &FP8_8K_PERSISTENT_STORE},
+    {"gemm_fp8_blockscaled", "4096x7168x2048",
+     "e4m3 (tk_gemm_fp8_blockscaled) 128x128 persistent, TMA-store epilogue", setup,
+     launch, verify, teardown, &FP8_MOE_PERSISTENT_STORE},
+    {"gemm_fp8_blockscaled", "8192x8192x8192",
+     "e4m3 256x128 persistent, TMA-store epilogue", setup,
+     launch, verify, teardown, &FP8_8K_WIDE_PERSISTENT_STORE},
+    {"gemm_fp8_blockscaled", "4096x7168x2048",
+     "e4m3 256x128 persistent, TMA-store epilogue", setup,
+     launch, verify, teardown, &FP8_MOE_WIDE_PERSISTENT_STORE},
 };
 TKB_REGISTER(CASES)
 
@@ -433,5 +457,13 @@ static const tkb_compute COMPUTE[] = {
     {&CASES[21], FLOPS(4096, 7168, 2048), ceiling},
     {&CASES[22], FLOPS(8192, 8192, 8192), ceiling},
     {&CASES[23], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[24], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[25], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[26], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[27], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[28], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[29], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[30], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[31], FLOPS(4096, 7168, 2048), ceiling},
 };
 TKB_REGISTER_COMPUTE(COMPUTE)

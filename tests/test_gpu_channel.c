@@ -341,9 +341,9 @@ Test(per_channel_cast_fused, gather, .timeout = 1800) {
     state_end(&s);
 }
 
-/* f32 input through the gather, 576 columns (not a multiple of the
- * 128-column tile), and entries that are negative or past the last token
- * (zero rows). */
+/* f32 (and bf16) input through the gather, 576 columns (not a multiple of
+ * the 128-column tile), and entries that are negative or past the last
+ * token (zero rows). */
 Test(per_channel_cast_fused, gather_f32_and_out_of_range, .timeout = 1800) {
     channel_state s;
     int64_t tokens, rows;
@@ -361,8 +361,12 @@ Test(per_channel_cast_fused, gather_f32_and_out_of_range, .timeout = 1800) {
                      round_sf);
     int cases = s.cases;
     state_end(&s);
-    /* quantised input at 576 columns: a partial last input-scale group */
+    /* bf16 input at 576 columns (a partial last column tile and row block
+     * in the gather's column-sweep grid), then quantised input at 576
+     * columns: a partial last input-scale group */
     state_begin(&s, TK_BF16, tokens, rows);
+    for (int round_sf = 0; round_sf < 2; round_sf++)
+        run_case(&s, ENTRY_FUSED, false, tokens, 576, MAX_STRIDE, pos, rows, 128, round_sf);
     make_quantized(&s, tokens, 576);
     for (int round_sf = 0; round_sf < 2; round_sf++)
         run_case(&s, ENTRY_FUSED, true, tokens, 576, 576, pos, rows, 128, round_sf);

@@ -52,7 +52,7 @@ static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off", "per
                                             "persistent_store", "persistent_store_half"};
 /* The fp8 GEMM's instances (variants_pick_their_instances); gemm_bf16
  * has the eight of VARIANTS. */
-#define FP8_VARIANTS 13
+#define FP8_VARIANTS 15
 #define BF16_VARIANTS 8
 
 /* A variant's name in the messages. */
@@ -281,11 +281,13 @@ static void check_all_variants(problem *p) {
         TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2,
         TK__GEMM_FP8_PERSISTENT, TK__GEMM_FP8_PERSISTENT_WS_OFF,
         TK__GEMM_FP8_PERSISTENT_BAND16, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
-        TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2};
+        TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2,
+        TK__GEMM_FP8_PERSISTENT_STORE, TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
     static const char *const FP8_NAMES[] = {
         "default", "tma_off", "ws_off", "wide", "cluster2", "cluster2_ws_off", "wide_cluster2",
         "persistent", "persistent_ws_off", "persistent_band16", "persistent_cluster2",
-        "wide_persistent", "wide_persistent_cluster2"};
+        "wide_persistent", "wide_persistent_cluster2", "persistent_store",
+        "wide_persistent_store"};
     bool fp8 = p->input == TK_E4M3;
     int variants = fp8 ? (int)(sizeof FP8_LIST / sizeof FP8_LIST[0]) : BF16_VARIANTS;
     for (int v = 0; v < variants; v++) {
@@ -396,6 +398,24 @@ Test(gemm_fp8_blockscaled, persistent_walks_many_tiles, .timeout = 600) {
     fp8_case(1928, 2056, 400, TK_SF_ROW_MAJOR, 31);  /* 16 x 17 tiles, K blocks 4 */
     fp8_case(2184, 1800, 272, TK_SF_COL_MAJOR, 32);  /* 18 x 15 tiles, K blocks 3 */
     fp8_case(2056, 2184, 16, TK_SF_ROW_MAJOR, 33);   /* 17 x 18 tiles, one K block */
+}
+
+/* The TMA-store epilogues of the persistent fp8 kernels
+ * (kernels/gemm_fp8_store.tk) write whole 128 x 64 boxes and rely on d's
+ * tensor map to clip them: M one row past a 256-row tile (the wide
+ * kernel's last top boxes hold one row and its bottom boxes none, the
+ * 128-row kernel's last tile row one), N ending 8 columns into the
+ * second box of the last tile column, N = 8 (every tile's second box
+ * wholly outside), K from one and a half scale blocks to three (the
+ * last step's zero part1), and, with more tiles than SMs (18 x 35 and
+ * 9 x 35 tiles), ragged edges on tiles whose block still has the stores
+ * of its previous tile in flight.  The poisoned bytes after d catch a
+ * store past its end; every instance must still equal the default bit
+ * for bit. */
+Test(gemm_fp8_blockscaled, tma_store_edges, .timeout = 300) {
+    fp8_case(257, 328, 144, TK_SF_ROW_MAJOR, 41);
+    fp8_case(129, 8, 272, TK_SF_COL_MAJOR, 42);
+    fp8_case(2177, 4360, 144, TK_SF_ROW_MAJOR, 43);
 }
 
 Test(gemm_fp8_blockscaled, column_major_sfb) {
@@ -590,7 +610,8 @@ Test(gemm_api, variants_pick_their_instances) {
         TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2,
         TK__GEMM_FP8_PERSISTENT, TK__GEMM_FP8_PERSISTENT_WS_OFF,
         TK__GEMM_FP8_PERSISTENT_BAND16, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
-        TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2};
+        TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2,
+        TK__GEMM_FP8_PERSISTENT_STORE, TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
     const char *fp8_names[] = {"gemm_fp8_blockscaled__default", "gemm_fp8_blockscaled__tma_off",
                                "gemm_fp8_blockscaled__ws_off",
                                "gemm_fp8_blockscaled_wide__default",
@@ -602,7 +623,9 @@ Test(gemm_api, variants_pick_their_instances) {
                                "gemm_fp8_blockscaled_persistent__band16",
                                "gemm_fp8_blockscaled_persistent__cluster2",
                                "gemm_fp8_blockscaled_wide_persistent__default",
-                               "gemm_fp8_blockscaled_wide_persistent__cluster2"};
+                               "gemm_fp8_blockscaled_wide_persistent__cluster2",
+                               "gemm_fp8_blockscaled_persistent_store__default",
+                               "gemm_fp8_blockscaled_wide_persistent_store__default"};
     for (int v = 0; v < FP8_VARIANTS; v++) {
         tk_status status = tk__gemm_fp8_blockscaled_variant(&a8, &sfa, &b8, &sfb, &d,
                                                             fp8_variants[v], NULL);

@@ -353,20 +353,26 @@ Test(swiglu_forward, bf16_sweep, .timeout = 1800) { run_forward(TK_BF16, true); 
 Test(swiglu_forward, f32_inputs, .timeout = 1800) { run_forward(TK_F32, false); }
 
 /* Every bf16 gate pattern, 64 rows x I = 1024, up values normal: zeros,
- * subnormals, tiny and huge gates, NaN and -inf, next to ordinary ones in
- * the same 16-column chunks, so that the kernels' fast IEEE division
- * (kernels/swiglu.tk, swiglu_quotient) meets the edges of its range and
- * its fallback.  Positive gates of 2^100 and above (and +inf) are negated:
- * their products with u would overflow to inf, whose scales the per-token
- * cast does not define.  Plain (the no-clamp loop), with weights (the
- * general loop), packed UE8M0 scales with a mask (the benchmark's
- * instance, whose inverse is always the power of two), and a clamp of 0.5
- * (the general loop's range is that of the clamped gates; -0.5 is a bf16,
- * so the exp table still holds every argument). */
+ * subnormals, tiny and huge gates, NaN (quiet and signalling) and -inf,
+ * next to ordinary ones in the same 16-column chunks, so that the kernels'
+ * fast IEEE division (kernels/swiglu.tk, swiglu_quotient) meets the edges
+ * of its range and its fallback.  Positive gates of 2^100 and above (and
+ * +inf) are negated: their products with u would overflow to inf, whose
+ * scales the per-token cast does not define.  Variants, by the loop of
+ * swiglu_forward_per_token_cast they run:
+ *   0 plain, 1 weights, 2 packed UE8M0 scales with a mask (the benchmark's
+ *     instance), 3 a clamp of 0.5: the bf16 word path (WORDS);
+ *   4 a clamp on f32 inputs (the same values widened): the general loop
+ *     of the fragment path;
+ *   5, 6 a clamp with counting, bf16 and f32 packed: the COUNT loop.
+ * With a clamp every NaN gate acts as 0.5 (the GPU's min drops NaN, spec
+ * 2.1) and -0.5 is a bf16, so the exp table still holds every argument;
+ * NaN gates are never counted. */
 Test(swiglu_forward, special_gate_values, .timeout = 300) {
     gpu g = gpu_begin();
     const int64_t rows = 64, half = 1024, width = 2 * half;
     uint16_t *x = host_alloc((size_t)(rows * width) * 2);
+    uint32_t *x32 = host_alloc((size_t)(rows * width) * 4);
     ref_rng rng = ref_rng_seed(test_seed() + 21, 0);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < half; j++) {
@@ -376,6 +382,8 @@ Test(swiglu_forward, special_gate_values, .timeout = 300) {
             x[r * width + j] = gate;
             x[r * width + half + j] = ref_bf16_from_f32(ref_rng_normal(&rng));
         }
+    for (int64_t i = 0; i < rows * width; i++)
+        x32[i] = (uint32_t)x[i] << 16; /* the bf16 value, NaN payloads kept */
     float weights[64];
     int32_t index[64], mask[64];
     for (int r = 0; r < 64; r++) {
@@ -386,12 +394,15 @@ Test(swiglu_forward, special_gate_values, .timeout = 300) {
     /* the row-major f32 scales are the largest of the layouts used */
     size_t out_bytes = (size_t)(rows * half), sf_bytes = (size_t)(rows * (half / 128)) * 4;
     CUdeviceptr d_x = gpu_alloc(&g, (size_t)(rows * width) * 2);
+    CUdeviceptr d_x32 = gpu_alloc(&g, (size_t)(rows * width) * 4);
     CUdeviceptr d_out = gpu_alloc(&g, out_bytes + TAIL_BYTES);
     CUdeviceptr d_sf = gpu_alloc(&g, sf_bytes + TAIL_BYTES);
     CUdeviceptr d_weights = gpu_alloc(&g, sizeof weights);
     CUdeviceptr d_index = gpu_alloc(&g, sizeof index);
     CUdeviceptr d_mask = gpu_alloc(&g, sizeof mask);
+    CUdeviceptr d_counts = gpu_alloc(&g, 3 * 8 + TAIL_BYTES);
     CU(&g, cuMemcpyHtoD(d_x, x, (size_t)(rows * width) * 2));
+    CU(&g, cuMemcpyHtoD(d_x32, x32, (size_t)(rows * width) * 4));
     CU(&g, cuMemcpyHtoD(d_weights, weights, sizeof weights));
     CU(&g, cuMemcpyHtoD(d_index, index, sizeof index));
     CU(&g, cuMemcpyHtoD(d_mask, mask, sizeof mask));
@@ -399,13 +410,15 @@ Test(swiglu_forward, special_gate_values, .timeout = 300) {
     unsigned char *got_sf = host_alloc(sf_bytes + TAIL_BYTES), *want_sf = host_alloc(sf_bytes);
     float *table = gpu_bf16_exp_table(&g);
     const float clamp = 0.5f;
-    for (int variant = 0; variant < 4; variant++) {
-        bool with_weights = variant == 1, packed = variant == 2, clamped = variant == 3;
+    for (int variant = 0; variant < 7; variant++) {
+        bool with_weights = variant == 1, packed = variant == 2 || variant == 6;
+        bool clamped = variant >= 3, f32_input = variant == 4 || variant == 6;
+        bool counting = variant >= 5;
         tk_sf_layout layout = packed ? TK_SF_PACKED_UE8M0 : TK_SF_ROW_MAJOR;
-        char what[100];
+        char what[120];
         snprintf(what, sizeof what,
-                 "swiglu_forward special gate values, weights=%d packed=%d clamp=%d",
-                 with_weights, packed, clamped);
+                 "swiglu_forward special gate values, %s weights=%d packed=%d clamp=%d count=%d",
+                 f32_input ? "f32" : "bf16", with_weights, packed, clamped, counting);
         ref_sf_shape shape;
         cr_assert(ref_sf_shape_of(rows, half, 1, 128, layout, &shape));
         tk_tensor sf;
@@ -416,28 +429,37 @@ Test(swiglu_forward, special_gate_values, .timeout = 300) {
         sf.data = (void *)(uintptr_t)d_sf;
         poison(&g, d_out, out_bytes);
         poison(&g, d_sf, bytes);
-        tk_tensor tx = tensor(d_x, TK_BF16, 2, rows, width);
+        const int64_t start_counts[3] = {7, 11, 13};
+        CU(&g, cuMemsetD8(d_counts, POISON, 24 + TAIL_BYTES));
+        CU(&g, cuMemcpyHtoD(d_counts, start_counts, 24));
+        tk_tensor tx = f32_input ? tensor(d_x32, TK_F32, 2, rows, width)
+                                 : tensor(d_x, TK_BF16, 2, rows, width);
         tk_tensor tout = tensor(d_out, TK_E4M3, 2, rows, half);
         tk_tensor tindex = tensor(d_index, TK_I32, 1, rows, 0);
         tk_tensor tweights = tensor(d_weights, TK_F32, 2, 8, 8);
         tk_tensor tmask = tensor(d_mask, TK_I32, 1, rows, 0);
+        tk_tensor tcounts = tensor(d_counts, TK_I64, 1, 3, 0);
         check_status(tk_swiglu_forward_and_per_token_cast(
                          &tx, 128, with_weights ? &tindex : NULL,
                          with_weights ? &tweights : NULL, packed ? &tmask : NULL, true, layout,
-                         clamped ? &clamp : NULL, NULL, NULL, &tout, &sf, NULL),
+                         clamped ? &clamp : NULL, counting ? &tcounts : NULL, NULL, &tout, &sf,
+                         NULL),
                      what);
         download(&g, got, d_out, out_bytes, what);
         download(&g, got_sf, d_sf, bytes, what);
+        int64_t got_counts[3];
+        download(&g, got_counts, d_counts, 24, what);
         ref_swiglu_forward args = {
-            .x = x, .dtype = TK_BF16, .rows = rows, .half = half, .num_per_channels = 128,
-            .round_sf = true, .layout = layout,
+            .x = f32_input ? (const void *)x32 : (const void *)x,
+            .dtype = f32_input ? TK_F32 : TK_BF16, .rows = rows, .half = half,
+            .num_per_channels = 128, .round_sf = true, .layout = layout,
             .pos_to_token_topk = with_weights ? index : NULL,
             .topk_weights = with_weights ? weights : NULL, .num_weights = 64,
             .pos_to_expert = packed ? mask : NULL, .use_clamp = clamped, .clamp = clamp,
             .exp = ref_swiglu_exp_bf16_table(table)};
-        int64_t counts[3] = {0, 0, 0};
+        int64_t want_counts[3] = {7, 11, 13};
         memcpy(want_sf, got_sf, bytes); /* bytes the reference leaves */
-        cr_assert(ref_swiglu_forward_per_token_cast(&args, want, want_sf, counts));
+        cr_assert(ref_swiglu_forward_per_token_cast(&args, want, want_sf, want_counts));
         expect_rows(got, want, rows, (size_t)half, packed ? mask : NULL, what);
         for (int64_t r = 0; r < rows; r++) {
             if (packed && mask[r] < 0)
@@ -448,9 +470,13 @@ Test(swiglu_forward, special_gate_values, .timeout = 300) {
                           "%s: scale of row %ld group %ld differs", what, (long)r, (long)k);
             }
         }
+        for (int k = 0; k < 3; k++)
+            cr_assert_eq(got_counts[k], counting ? want_counts[k] : start_counts[k],
+                         "%s: clamped_count[%d] %ld, want %ld", what, k, (long)got_counts[k],
+                         (long)(counting ? want_counts[k] : start_counts[k]));
     }
-    free(x), free(got), free(want), free(got_sf), free(want_sf), free(table);
-    CUdeviceptr buffers[] = {d_x, d_out, d_sf, d_weights, d_index, d_mask};
+    free(x), free(x32), free(got), free(want), free(got_sf), free(want_sf), free(table);
+    CUdeviceptr buffers[] = {d_x, d_x32, d_out, d_sf, d_weights, d_index, d_mask, d_counts};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         CU(&g, cuMemFree(buffers[i]));
 }

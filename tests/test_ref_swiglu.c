@@ -87,6 +87,67 @@ Test(ref_swiglu, forward_activation_every_bf16_gate) {
     free(x), free(table), free(out), free(sf), free(out_host), free(sf_host);
 }
 
+/* A clamped NaN gate or up (quiet or signalling, either sign) acts as c,
+ * like the GPU's NaN-ignoring min/max (spec 2.1): row 1 holds NaNs where
+ * row 0 holds c, and both rows must quantise identically, with no counts
+ * from the NaNs. */
+Test(ref_swiglu, forward_clamp_of_nan) {
+    const int64_t half = 128;
+    const uint16_t nans[] = {0x7F81, 0xFF81, 0x7FBF, 0x7FC0, 0xFFC0, 0xFFFF};
+    const int count = (int)(sizeof nans / sizeof nans[0]);
+    uint16_t x[2 * 2 * 128];
+    ref_rng rng = ref_rng_seed(11, 0);
+    for (int64_t j = 0; j < 2 * half; j++)
+        x[j] = ref_bf16_from_f32(ref_rng_normal(&rng));
+    /* columns 0..5: NaN gates; columns 6..11: NaN ups */
+    for (int i = 0; i < count; i++) {
+        x[i] = 0x3F00;             /* 0.5 */
+        x[half + 6 + i] = 0x3F00;
+    }
+    memcpy(x + 2 * half, x, (size_t)(2 * half) * sizeof *x);
+    for (int i = 0; i < count; i++) {
+        x[2 * half + i] = nans[i];
+        x[2 * half + half + 6 + i] = nans[i];
+    }
+    float table[65536];
+    for (int b = 0; b < 65536; b++)
+        table[b] = expf(ref_bf16_to_f32((uint16_t)b));
+    ref_swiglu_forward args = {.x = x, .dtype = TK_BF16, .rows = 2, .half = half,
+                               .num_per_channels = 128, .round_sf = true,
+                               .layout = TK_SF_ROW_MAJOR, .use_clamp = true, .clamp = 0.5f,
+                               .exp = ref_swiglu_exp_bf16_table(table)};
+    uint8_t out[2 * 128];
+    float sf[2];
+    int64_t counts[3] = {0, 0, 0};
+    cr_assert(ref_swiglu_forward_per_token_cast(&args, out, sf, counts));
+    cr_assert(memcmp(out, out + half, (size_t)half) == 0, "NaN clamps differ from c");
+    cr_assert(memcmp(&sf[0], &sf[1], sizeof sf[0]) == 0);
+    /* the same through the per-channel reference (bm 32: rows 0 and 1 of
+     * a 32-row block; the other rows are zero) */
+    uint16_t *tall = calloc((size_t)(32 * 2 * half), sizeof *tall);
+    cr_assert(tall != NULL);
+    memcpy(tall, x, sizeof x);
+    uint8_t *channel_out = malloc((size_t)(32 * half));
+    float channel_sf[128];
+    cr_assert(channel_out != NULL);
+    cr_assert(ref_swiglu_forward_per_channel_cast(tall, 32, half, 32, true, false, true, 0.5f,
+                                                  ref_swiglu_exp_bf16_table(table),
+                                                  channel_out, channel_sf));
+    cr_assert(memcmp(channel_out, channel_out + half, (size_t)half) == 0,
+              "per-channel NaN clamps differ from c");
+    free(tall), free(channel_out);
+    /* a NaN never counts: plain comparisons are false for it */
+    int64_t plain[3] = {0, 0, 0};
+    for (int64_t r = 0; r < 2; r++)
+        for (int64_t j = 0; j < half; j++) {
+            float l = ref_bf16_to_f32(x[r * 2 * half + j]);
+            float u = ref_bf16_to_f32(x[r * 2 * half + half + j]);
+            plain[0] += l > 0.5f, plain[1] += u > 0.5f, plain[2] += u < -0.5f;
+        }
+    for (int k = 0; k < 3; k++)
+        cr_assert_eq(counts[k], plain[k], "count %d", k);
+}
+
 /* Options of the forward: clamp counts, weights (0 for a negative index),
  * skipped rows untouched, packed and round scales, npc == I. */
 Test(ref_swiglu, forward_options) {

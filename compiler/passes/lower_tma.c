@@ -530,16 +530,6 @@ static int store_group_end(Stmt *seq, int i)
     return i;
 }
 
-/* The one shared buffer every store of items[i, end) reads, or NULL. */
-static Buffer *store_group_source(Stmt *seq, int i, int end)
-{
-    Buffer *b = seq->u.seq.items[i]->u.copy.src.buffer;
-    for (int j = i + 1; j < end; j++)
-        if (seq->u.seq.items[j]->u.copy.src.buffer != b)
-            return NULL;
-    return b;
-}
-
 /* A store group (ending at items[end]) of a serial loop's body may leave
  * its bulk group in flight (the consumers go on to the next tile while
  * the TMA engine reads the shared tile) when every other access to its
@@ -550,8 +540,6 @@ static Buffer *store_group_source(Stmt *seq, int i, int end)
  * at its end, after which the tail wait follows. */
 static bool store_deferrable(Stmt *body, int end, Buffer *source)
 {
-    if (!source)
-        return false;
     bool exits = false;
     pass_visit_stmts(body, find_return, &exits);
     if (exits)
@@ -562,6 +550,18 @@ static bool store_deferrable(Stmt *body, int end, Buffer *source)
         last--;
     for (int j = last; j < body->u.seq.count; j++)
         if (touches(body->u.seq.items[j], source))
+            return false;
+    return true;
+}
+
+/* A store group items[i, end) may leave its bulk group in flight when
+ * each buffer it reads may (store_deferrable): a group that stores two
+ * tiles (the top and bottom halves of a 256-row tile, each its own
+ * buffer) waits before the first access of either. */
+static bool store_group_deferrable(Stmt *body, int i, int end)
+{
+    for (int j = i; j < end; j++)
+        if (!store_deferrable(body, end, body->u.seq.items[j]->u.copy.src.buffer))
             return false;
     return true;
 }
@@ -619,9 +619,9 @@ static void prepend_barrier_init(TmaCtx *c)
 static Stmt *protocols(TmaCtx *c, Stmt *s, bool pipelined);
 
 /* `loop_body`: s is the body of a serial loop, where store groups may be
- * deferred (store_deferrable); each deferred group's buffer then gets its
- * wait before the first statement of the run of statements leading up to
- * the group that touches it. */
+ * deferred (store_group_deferrable); each buffer of a deferred group then
+ * gets its wait before the first statement of the run of statements
+ * leading up to the group that touches it. */
 static Stmt *protocols_seq(TmaCtx *c, Stmt *s, bool pipelined, bool loop_body)
 {
     Kernel *k = c->k;
@@ -636,18 +636,20 @@ static Stmt *protocols_seq(TmaCtx *c, Stmt *s, bool pipelined, bool loop_body)
         if (!is_tma_store(s->u.seq.items[i]))
             continue;
         int end = store_group_end(s, i);
-        Buffer *source = store_group_source(s, i, end);
-        if (store_deferrable(s, end, source)) {
+        if (store_group_deferrable(s, i, end)) {
             defer[i] = true;
-            int from = i;
-            while (from > 0 && !(is_tma_store(s->u.seq.items[from - 1]) &&
-                                 s->u.seq.items[from - 1]->u.copy.src.buffer == source))
-                from--;
-            for (int j = from; j < i; j++)
-                if (touches(s->u.seq.items[j], source)) {
-                    wait_before[j] = true;
-                    break;
-                }
+            for (int g = i; g < end; g++) {
+                Buffer *source = s->u.seq.items[g]->u.copy.src.buffer;
+                int from = i;
+                while (from > 0 && !(is_tma_store(s->u.seq.items[from - 1]) &&
+                                     s->u.seq.items[from - 1]->u.copy.src.buffer == source))
+                    from--;
+                for (int j = from; j < i; j++)
+                    if (touches(s->u.seq.items[j], source)) {
+                        wait_before[j] = true;
+                        break;
+                    }
+            }
             c->deferred++;
         }
         i = end - 1;

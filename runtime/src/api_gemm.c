@@ -24,8 +24,9 @@
  * multicast (docs/hopper.md 11); the launchers round the grid up to whole
  * clusters and launch through cuLaunchKernelEx.
  *
- * The persistent instances of gemm_bf16 (kernels/gemm_persistent.tk) and
- * of the fp8 GEMM (kernels/gemm_fp8_persistent.tk) take the SM count of
+ * The persistent instances of gemm_bf16 (kernels/gemm_persistent.tk,
+ * gemm_bf16_store.tk) and of the fp8 GEMM (kernels/gemm_fp8_persistent.tk,
+ * gemm_fp8_store.tk) take the SM count of
  * the current context's device, read once per device through the driver
  * table and cached: the kernel launches min(SMs, tiles) blocks (the
  * cluster ones whole clusters of them) and steps over the tiles by the
@@ -111,6 +112,10 @@ static const struct {
      tkl_gemm_fp8_blockscaled_wide_persistent__default},
     {TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2, "gemm_fp8_blockscaled_wide_persistent__cluster2",
      NULL, tkl_gemm_fp8_blockscaled_wide_persistent__cluster2},
+    {TK__GEMM_FP8_PERSISTENT_STORE, "gemm_fp8_blockscaled_persistent_store__default", NULL,
+     tkl_gemm_fp8_blockscaled_persistent_store__default},
+    {TK__GEMM_FP8_WIDE_PERSISTENT_STORE, "gemm_fp8_blockscaled_wide_persistent_store__default",
+     NULL, tkl_gemm_fp8_blockscaled_wide_persistent_store__default},
 };
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
@@ -234,9 +239,11 @@ tk_status tk__gemm_bf16_variant(const tk_tensor *a, const tk_tensor *b, const tk
 tk_status tk_gemm_bf16(const tk_tensor *a, const tk_tensor *b, const tk_tensor *d,
                        tk_stream stream)
 {
-    /* the persistent kernel measured faster at both benchmark shapes
-     * (docs/perf.md); the others stay reachable for the tests */
-    return tk__gemm_bf16_variant(a, b, d, TK__GEMM_PERSISTENT, stream);
+    /* the persistent kernel with the TMA-store epilogue (3 stages + the
+     * whole tile) measured fastest at both benchmark shapes (docs/perf.md:
+     * 96.4 / 92.3 % of cuBLAS against 91.9 / 80.1 % for the plain
+     * persistent one); the others stay reachable for the tests */
+    return tk__gemm_bf16_variant(a, b, d, TK__GEMM_PERSISTENT_STORE, stream);
 }
 
 /* sfa as tk_sf_desc(M, K, 1, 128, TK_SF_COL_MAJOR) describes it, and its
@@ -339,7 +346,10 @@ tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a, const tk_tensor *sfa,
                                   const tk_tensor *b, const tk_tensor *sfb,
                                   const tk_tensor *d, tk_stream stream)
 {
-    /* the 256 x 128 tiles measured 11 % faster at 8192^3 and no slower at
-     * 4096 x 7168 x 2048 (docs/perf.md) */
-    return tk__gemm_fp8_blockscaled_variant(a, sfa, b, sfb, d, TK__GEMM_WIDE, stream);
+    /* the persistent 128 x 128 kernel with the TMA-store epilogue (bands of
+     * 16) measured as fast as the 256 x 128 one at 8192^3 (76.6 against
+     * 78.6 % of cuBLAS, within the clock's spread) and 18 % faster at
+     * 4096 x 7168 x 2048 (941 against 797 TFLOP/s; docs/perf.md) */
+    return tk__gemm_fp8_blockscaled_variant(a, sfa, b, sfb, d, TK__GEMM_FP8_PERSISTENT_STORE,
+                                            stream);
 }

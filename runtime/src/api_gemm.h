@@ -14,8 +14,10 @@
  * exist for gemm_bf16 only (kernels/gemm_persistent.tk: one block per SM
  * looping over the tiles); the fp8 GEMM rejects them.  The wide and
  * cluster ones (docs/hopper.md 11) exist for the fp8 GEMM only, and so do
- * the FP8_PERSISTENT* ones (kernels/gemm_fp8_persistent.tk: one block per
- * SM walking the tiles of the fp8 kernels). */
+ * the FP8_PERSISTENT* and FP8_WIDE_PERSISTENT* ones
+ * (kernels/gemm_fp8_persistent.tk and, with the TMA-store epilogue,
+ * gemm_fp8_store.tk: one block per SM walking the tiles of the fp8
+ * kernels). */
 typedef enum tk__gemm_variant {
     TK__GEMM_DEFAULT = 0,           /* TMA and warp specialisation where legal */
     TK__GEMM_TMA_OFF = 1,           /* copies through registers, no tensor maps */
@@ -36,7 +38,11 @@ typedef enum tk__gemm_variant {
     /* bf16, persistent, epilogue through shared memory and TMA stores
      * (kernels/gemm_bf16_store.tk) */
     TK__GEMM_PERSISTENT_STORE = 24,      /* 3 stages + the whole 128 x 256 tile */
-    TK__GEMM_PERSISTENT_STORE_HALF = 25  /* 4 stages + a 128 x 128 half tile */
+    TK__GEMM_PERSISTENT_STORE_HALF = 25, /* 4 stages + a 128 x 128 half tile */
+    /* fp8, persistent, epilogue through shared memory and TMA stores
+     * (kernels/gemm_fp8_store.tk) */
+    TK__GEMM_FP8_PERSISTENT_STORE = 26,     /* 128 x 128, bands of 16, 3 stages + half tile */
+    TK__GEMM_FP8_WIDE_PERSISTENT_STORE = 27 /* 256 x 128, bands of 8, 3 stages + tile */
 } tk__gemm_variant;
 
 /* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)

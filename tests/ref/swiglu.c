@@ -67,9 +67,15 @@ static inline float load_float(const void *x, tk_dtype dtype, int64_t index) {
     return ((const float *)x)[index];
 }
 
-/* The clamp of spec 6.9/6.10: fminf/fmaxf as the GPU's min/max. */
-static inline float clamp_gate(float l, float c) { return fminf(l, c); }
-static inline float clamp_up(float u, float c) { return fmaxf(fminf(u, c), -c); }
+/* The clamp of spec 6.9/6.11 with the GPU's min/max (spec 2.1: fminf /
+ * fmaxf, NaN-ignoring), so a NaN gate or up becomes c.  The NaN test comes
+ * first because glibc's fminf/fmaxf follow IEEE 754-2008 minNum for a
+ * signalling NaN (bf16 0x7F81..0x7FBF widened) and return NaN, whereas
+ * min.f32 / max.f32 return the other operand for every NaN. */
+static inline float clamp_gate(float l, float c) { return isnan(l) ? c : fminf(l, c); }
+static inline float clamp_up(float u, float c) {
+    return isnan(u) ? c : fmaxf(fminf(u, c), -c);
+}
 
 /* ---- forward, per token ----------------------------------------------- */
 
