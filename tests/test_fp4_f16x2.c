@@ -217,6 +217,26 @@ static uint32_t fp4_pack8_f16x2(uint32_t p0, uint32_t p1, uint32_t p2, uint32_t 
                        fp4_f16x2_codes(f16x2_mul(p2, m)), fp4_f16x2_codes(f16x2_mul(p3, m)));
 }
 
+static uint32_t fp4_f16x2_codes_bounded(uint32_t y) {
+    uint32_t c = f16x2_min(y, 0x46004600u);
+    uint32_t b = f16x2_max_xorsign_abs(c & 0xFC00FC00u, 0x3C003C00u);
+    uint32_t s = f16x2_fma(b, 0x60006000u, c);
+    return s + (s >> 9);
+}
+
+static uint32_t fp4_pack8_f16x2_bounded(uint32_t p0, uint32_t p1, uint32_t p2, uint32_t p3,
+                                        uint32_t m) {
+    uint32_t u0 = fp4_f16x2_codes_bounded(f16x2_mul(p0, m));
+    uint32_t u1 = fp4_f16x2_codes_bounded(f16x2_mul(p1, m));
+    uint32_t u2 = fp4_f16x2_codes_bounded(f16x2_mul(p2, m));
+    uint32_t u3 = fp4_f16x2_codes_bounded(f16x2_mul(p3, m));
+    uint32_t n01 = prmt(u0, u1, 0x6420u) | (prmt(u0, u1, 0xFDB9u) & 0x08080808u);
+    uint32_t n23 = prmt(u2, u3, 0x6420u) | (prmt(u2, u3, 0xFDB9u) & 0x08080808u);
+    uint32_t even = prmt(n01, n23, 0x6420u);
+    uint32_t odd = prmt(n01, n23, 0x7531u);
+    return (even & 0x0F0F0F0Fu) | ((odd << 4) & 0xF0F0F0F0u);
+}
+
 /* ---- the exhaustive comparison ------------------------------------------- */
 
 /* Every e4m3 code in every lane: element i of word w is code
@@ -286,4 +306,50 @@ Test(fp4_f16x2, packed_amax_of_every_pair) {
             cr_assert(got == want, "e4m3 0x%02x 0x%02x: %a, want %a", a, b, (double)got,
                       (double)want);
         }
+}
+
+/* The bounded encoder (per_token_requant's fast path) on its domain: every
+ * e4m3 code v with |v| * 2^q <= 6, and NaN, in every lane next to every
+ * other such code, for every admitted 2^q, with and without flushing. */
+static long sweep_bounded(int q) {
+    static const unsigned strides[3] = {1u, 7u, 13u};
+    float m = ldexpf(1.0f, q);
+    uint32_t splat = fp4_f16x2_splat(m);
+    uint8_t domain[256];
+    unsigned n = 0;
+    for (unsigned code = 0; code < 256u; code++) {
+        float v = ref_e4m3_to_f32((uint8_t)code);
+        if (isnan(v) || fabsf(v) * m <= 6.0f)
+            domain[n++] = (uint8_t)code;
+    }
+    long bad = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (unsigned base = 0; base < n; base++) {
+            uint8_t e[8];
+            for (unsigned i = 0; i < 8; i++)
+                e[i] = domain[(base + i * strides[pass]) % n];
+            uint32_t p[4];
+            for (int j = 0; j < 4; j++)
+                p[j] = e4m3x2_f16x2((uint32_t)e[2 * j] | ((uint32_t)e[2 * j + 1] << 8));
+            uint32_t word = fp4_pack8_f16x2_bounded(p[0], p[1], p[2], p[3], splat);
+            for (int i = 0; i < 8; i++) {
+                unsigned want = ref_e2m1_from_f32(ref_e4m3_to_f32(e[i]) * m);
+                unsigned got = (word >> (4 * i)) & 0xFu;
+                if (got != want && bad++ < 4)
+                    cr_log_error("bounded: e4m3 0x%02x * 2^%d (lane %d, flush %d): packed "
+                                 "0x%x, reference 0x%x", e[i], q, i, (int)flush, got, want);
+            }
+        }
+    return bad;
+}
+
+Test(fp4_f16x2, bounded_products_match_the_reference) {
+    long bad = 0;
+    for (int f = 0; f < 2; f++) {
+        flush = f == 1;
+        for (int q = -14; q <= 15; q++)
+            bad += sweep_bounded(q);
+    }
+    flush = false;
+    cr_assert_eq(bad, 0, "%ld mismatching elements", bad);
 }

@@ -841,6 +841,69 @@ Test(swiglu_per_channel, sweep, .timeout = 1800) {
     CU(&g, cuMemFree(d_sf));
 }
 
+/* Every bf16 gate pattern (zeros, subnormals, huge values, infinities,
+ * NaNs) in each of the 24 options: threads holding a gate outside
+ * swiglu_quotient's exact range take the IEEE slow path, which random
+ * data seldom reaches.  I = 320 is 10 column tiles, so the last block of
+ * the 4-tile loop has two tiles to skip.  Positive gates of 2^100 and
+ * above become negative, as in special_gate_values above (their
+ * activations would overflow every scale of their channel). */
+Test(swiglu_per_channel, special_gate_values, .timeout = 300) {
+    gpu g = gpu_begin();
+    const int64_t tokens = 256, half = 320, width = 2 * half;
+    uint16_t *x = host_alloc((size_t)(tokens * width) * 2 + 16);
+    ref_rng rng = ref_rng_seed(test_seed() + 37, 0);
+    for (int64_t r = 0; r < tokens; r++)
+        for (int64_t j = 0; j < half; j++) {
+            uint16_t gate = (uint16_t)(r * half + j);
+            if (gate < 0x8000 && ((gate >> 7) & 0xFF) >= 127 + 100)
+                gate |= 0x8000;
+            x[r * width + j] = gate;
+            x[r * width + half + j] = ref_bf16_from_f32(ref_rng_normal(&rng));
+        }
+    size_t out_bytes = (size_t)(tokens * half), sf_bytes = (size_t)(tokens / 32 * half) * 4;
+    CUdeviceptr d_x = gpu_alloc(&g, (size_t)(tokens * width) * 2 + 16);
+    CUdeviceptr d_out = gpu_alloc(&g, out_bytes + TAIL_BYTES);
+    CUdeviceptr d_sf = gpu_alloc(&g, sf_bytes + TAIL_BYTES);
+    uint8_t *got = host_alloc(out_bytes + TAIL_BYTES), *want = host_alloc(out_bytes + TAIL_BYTES);
+    float *got_sf = host_alloc(sf_bytes + TAIL_BYTES), *want_sf = host_alloc(sf_bytes + TAIL_BYTES);
+    float *table = gpu_bf16_exp_table(&g);
+    CU(&g, cuMemcpyHtoD(d_x, x, (size_t)(tokens * width) * 2));
+    for (int combo = 0; combo < 24; combo++) {
+        int bm = combo % 2 ? 128 : 32;
+        bool transpose = (combo / 2) % 2;
+        bool round_sf = (combo / 4) % 2;
+        int clamp_kind = combo / 8;
+        float clamp = clamp_kind == 1 ? 10.0f : 0.5f;
+        char what[160];
+        snprintf(what, sizeof what,
+                 "swiglu_per_channel special gates bm=%d transpose=%d round=%d clamp=%s", bm,
+                 transpose, round_sf, clamp_kind ? (clamp_kind == 1 ? "10" : "0.5") : "none");
+        poison(&g, d_out, out_bytes);
+        poison(&g, d_sf, (size_t)(tokens / bm * half) * 4);
+        tk_tensor tx = tensor(d_x, TK_BF16, 2, tokens, width);
+        tk_tensor tout = transpose ? tensor(d_out, TK_E4M3, 2, half, tokens)
+                                   : tensor(d_out, TK_E4M3, 2, tokens, half);
+        tk_tensor tsf = tensor(d_sf, TK_F32, 2, tokens / bm, half);
+        check_status(tk_swiglu_forward_and_per_channel_cast_and_transpose(
+                         &tx, bm, round_sf, !transpose, clamp_kind ? &clamp : NULL, &tout,
+                         &tsf, NULL),
+                     what);
+        download(&g, got, d_out, out_bytes, what);
+        download(&g, got_sf, d_sf, (size_t)(tokens / bm * half) * 4, what);
+        cr_assert(ref_swiglu_forward_per_channel_cast(
+            x, tokens, half, bm, round_sf, transpose, clamp_kind != 0, clamp,
+            ref_swiglu_exp_bf16_table(table), want, want_sf));
+        expect_rows(got, want, 1, out_bytes, NULL, what);
+        expect_rows((unsigned char *)got_sf, (unsigned char *)want_sf, 1,
+                    (size_t)(tokens / bm * half) * 4, NULL, what);
+    }
+    free(x), free(got), free(want), free(got_sf), free(want_sf), free(table);
+    CU(&g, cuMemFree(d_x));
+    CU(&g, cuMemFree(d_out));
+    CU(&g, cuMemFree(d_sf));
+}
+
 /* ---- argument validation (no launch needed) -------------------------------- */
 
 Test(swiglu_api, rejects_bad_arguments) {
