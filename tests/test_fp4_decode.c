@@ -21,35 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "packed_emulation.h"
 #include "reference.h"
-
-static float f32_of(uint32_t bits) {
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint32_t bits_of(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    return bits;
-}
-
-/* prmt.b32 d, a, b, c (default mode): byte i of d is byte (c >> 4i) & 7
- * of b:a, or, with bit 3 of that selector nibble set, that byte's bit 7
- * replicated; bits 16..31 of c are not used. */
-static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-    uint64_t bytes = (uint64_t)a | ((uint64_t)b << 32);
-    uint32_t d = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned nibble = (selector >> (4 * i)) & 0xFu;
-        uint32_t byte = (uint32_t)(bytes >> (8 * (nibble & 7u))) & 0xFFu;
-        if (nibble & 8u)
-            byte = (byte & 0x80u) ? 0xFFu : 0x00u;
-        d |= byte << (8 * i);
-    }
-    return d;
-}
 
 /* mul.rn.bf16x2 on operands whose product has at most 16 significant
  * bits and is a normal f32 (all the gate admits): the f32 product is

@@ -26,19 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "packed_emulation.h"
 #include "reference.h"
-
-static float f32_of(uint32_t bits) {
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint32_t bits_of(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    return bits;
-}
 
 static bool flush; /* replay a hardware that flushes f16 subnormals */
 
@@ -94,14 +83,6 @@ static uint16_t f16_of_e4m3(uint8_t code) {
     uint16_t h = f16_round((double)ref_e4m3_to_f32(code));
     flush = saved;
     return h;
-}
-
-typedef uint16_t (*lane_op)(uint16_t, uint16_t, uint16_t);
-
-static uint32_t per_lane(lane_op op, uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t lo = op((uint16_t)a, (uint16_t)b, (uint16_t)c);
-    uint32_t hi = op((uint16_t)(a >> 16), (uint16_t)(b >> 16), (uint16_t)(c >> 16));
-    return lo | (hi << 16);
 }
 
 static uint16_t mul_lane(uint16_t a, uint16_t b, uint16_t c) {
@@ -163,20 +144,6 @@ static uint32_t f16x2_max_xorsign_abs(uint32_t a, uint32_t b) {
 static uint32_t e4m3x2_f16x2(uint32_t pair) {
     uint32_t low = f16_of_e4m3((uint8_t)pair), high = f16_of_e4m3((uint8_t)(pair >> 8));
     return low | (high << 16);
-}
-
-/* prmt.b32 d, a, b, c (default mode), as in test_fp4_packed.c. */
-static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-    uint64_t bytes = (uint64_t)a | ((uint64_t)b << 32);
-    uint32_t d = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned nibble = (selector >> (4 * i)) & 0xFu;
-        uint32_t byte = (uint32_t)(bytes >> (8 * (nibble & 7u))) & 0xFFu;
-        if (nibble & 8u)
-            byte = (byte & 0x80u) ? 0xFFu : 0x00u;
-        d |= byte << (8 * i);
-    }
-    return d;
 }
 
 /* ---- stdlib/fp4.tk, line for line ---------------------------------------- */

@@ -26,19 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "packed_emulation.h"
 #include "reference.h"
-
-static float f32_of(uint32_t bits) {
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint32_t bits_of(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    return bits;
-}
 
 static double bf16_value(uint16_t h) { return (double)f32_of((uint32_t)h << 16); }
 
@@ -71,14 +60,6 @@ static uint16_t bf16_round(double v) {
 }
 
 /* ---- the PTX instructions, one 16-bit lane at a time ------------------- */
-
-typedef uint16_t (*lane_op)(uint16_t, uint16_t, uint16_t);
-
-static uint32_t per_lane(lane_op op, uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t lo = op((uint16_t)a, (uint16_t)b, (uint16_t)c);
-    uint32_t hi = op((uint16_t)(a >> 16), (uint16_t)(b >> 16), (uint16_t)(c >> 16));
-    return lo | (hi << 16);
-}
 
 static bool flush_inputs; /* replay a hardware that flushes subnormal inputs */
 static bool quiet;        /* a mismatch is expected: do not log it */
@@ -144,22 +125,6 @@ static uint32_t bf16x2_min(uint32_t a, uint32_t b) { return per_lane(min_lane, a
 static uint32_t bf16x2_max(uint32_t a, uint32_t b) { return per_lane(max_lane, a, b, 0); }
 static uint32_t bf16x2_max_xorsign_abs(uint32_t a, uint32_t b) {
     return per_lane(max_xorsign_abs_lane, a, b, 0);
-}
-
-/* prmt.b32 d, a, b, c (default mode): byte i of d is byte (c >> 4i) & 7
- * of b:a, or, with bit 3 of that selector nibble set, that byte's bit 7
- * replicated. */
-static uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-    uint64_t bytes = (uint64_t)a | ((uint64_t)b << 32);
-    uint32_t d = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned nibble = (selector >> (4 * i)) & 0xFu;
-        uint32_t byte = (uint32_t)(bytes >> (8 * (nibble & 7u))) & 0xFFu;
-        if (nibble & 8u)
-            byte = (byte & 0x80u) ? 0xFFu : 0x00u;
-        d |= byte << (8 * i);
-    }
-    return d;
 }
 
 /* ---- stdlib/fp4.tk, line for line ---------------------------------------- */

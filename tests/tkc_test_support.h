@@ -1,0 +1,68 @@
+/*
+ * tkc_test_support.h -- running the tkc driver on a .tk source from a
+ * CPU test and inspecting its PTX: the builtin tests (test_log1p.c,
+ * test_rcp_approx.c, test_codegen_bf16x2.c, test_codegen_f16x2.c) check
+ * which PTX instructions a builtin lowers to and which diagnostics its
+ * misuse gets.  TKC_PATH is the tkc binary the build passes in.
+ */
+#ifndef TK_TESTS_TKC_TEST_SUPPORT_H
+#define TK_TESTS_TKC_TEST_SUPPORT_H
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Reads a whole file into a NUL-terminated heap string ("" if missing). */
+static inline char *tkc_test_slurp(const char *path) {
+    FILE *in = fopen(path, "rb");
+    if (!in)
+        return calloc(1, 1);
+    fseek(in, 0, SEEK_END);
+    long size = ftell(in);
+    fseek(in, 0, SEEK_SET);
+    char *text = calloc((size_t)size + 1, 1);
+    cr_assert_not_null(text);
+    cr_assert_eq(fread(text, 1, (size_t)size, in), (size_t)size);
+    fclose(in);
+    return text;
+}
+
+/* Writes `source` to a scratch directory as `file_name` (diagnostics name
+ * it), runs `tkc --emit=ptx` on it, and returns the PTX when tkc exits 0,
+ * else its stderr; *status is tkc's exit status.  The caller frees the
+ * text. */
+static inline char *tkc_test_compile(const char *source, const char *file_name, int *status) {
+    char dir[] = "/tmp/tkc_test-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[160], ptx[160], log[160], command[640];
+    snprintf(path, sizeof path, "%s/%s", dir, file_name);
+    snprintf(ptx, sizeof ptx, "%s/out.ptx", dir);
+    snprintf(log, sizeof log, "%s/err.txt", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(source, f);
+    fclose(f);
+    snprintf(command, sizeof command, "'%s' '%s' --emit=ptx -o '%s' 2>'%s'", TKC_PATH, path,
+             ptx, log);
+    int rc = system(command);
+    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    char *text = tkc_test_slurp(*status == 0 ? ptx : log);
+    remove(path);
+    remove(ptx);
+    remove(log);
+    rmdir(dir);
+    return text;
+}
+
+/* Occurrences of `needle` in `text`, overlapping ones included. */
+static inline int tkc_test_count(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+#endif
