@@ -206,29 +206,39 @@ static uint32_t fp4_pack8_f16x2_bounded(uint32_t p0, uint32_t p1, uint32_t p2, u
 
 /* ---- the exhaustive comparison ------------------------------------------- */
 
+/* Encodes the eight e4m3 codes e[] times 2^q with the packed path (the
+ * bounded encoder when `bounded`) and counts the nibbles that differ from
+ * the reference, logging the first few. */
+static long check_group(const uint8_t e[8], int q, bool bounded, long bad) {
+    float m = ldexpf(1.0f, q);
+    uint32_t splat = fp4_f16x2_splat(m);
+    uint32_t p[4];
+    for (int j = 0; j < 4; j++)
+        p[j] = e4m3x2_f16x2((uint32_t)e[2 * j] | ((uint32_t)e[2 * j + 1] << 8));
+    uint32_t word = bounded ? fp4_pack8_f16x2_bounded(p[0], p[1], p[2], p[3], splat)
+                            : fp4_pack8_f16x2(p[0], p[1], p[2], p[3], splat);
+    for (int i = 0; i < 8; i++) {
+        unsigned want = ref_e2m1_from_f32(ref_e4m3_to_f32(e[i]) * m);
+        unsigned got = (word >> (4 * i)) & 0xFu;
+        if (got != want && bad++ < 4)
+            cr_log_error("%se4m3 0x%02x * 2^%d (lane %d, flush %d): packed 0x%x, "
+                         "reference 0x%x", bounded ? "bounded: " : "", e[i], q, i, (int)flush,
+                         got, want);
+    }
+    return bad;
+}
+
 /* Every e4m3 code in every lane: element i of word w is code
  * (8w + i + pass) * STEP mod 256, one odd STEP per pass. */
 static long sweep(int q) {
     static const unsigned steps[3] = {1u, 0x9Du, 0x2Bu};
-    float m = ldexpf(1.0f, q);
-    uint32_t splat = fp4_f16x2_splat(m);
     long bad = 0;
     for (int pass = 0; pass < 3; pass++)
         for (uint32_t base = 0; base < 256u * 8u; base += 8) {
             uint8_t e[8];
             for (int i = 0; i < 8; i++)
                 e[i] = (uint8_t)((base + (uint32_t)i + (uint32_t)pass) * steps[pass]);
-            uint32_t p[4];
-            for (int j = 0; j < 4; j++)
-                p[j] = e4m3x2_f16x2((uint32_t)e[2 * j] | ((uint32_t)e[2 * j + 1] << 8));
-            uint32_t word = fp4_pack8_f16x2(p[0], p[1], p[2], p[3], splat);
-            for (int i = 0; i < 8; i++) {
-                unsigned want = ref_e2m1_from_f32(ref_e4m3_to_f32(e[i]) * m);
-                unsigned got = (word >> (4 * i)) & 0xFu;
-                if (got != want && bad++ < 4)
-                    cr_log_error("e4m3 0x%02x * 2^%d (lane %d, flush %d): packed 0x%x, "
-                                 "reference 0x%x", e[i], q, i, (int)flush, got, want);
-            }
+            bad = check_group(e, q, false, bad);
         }
     return bad;
 }
@@ -281,7 +291,6 @@ Test(fp4_f16x2, packed_amax_of_every_pair) {
 static long sweep_bounded(int q) {
     static const unsigned strides[3] = {1u, 7u, 13u};
     float m = ldexpf(1.0f, q);
-    uint32_t splat = fp4_f16x2_splat(m);
     uint8_t domain[256];
     unsigned n = 0;
     for (unsigned code = 0; code < 256u; code++) {
@@ -295,17 +304,7 @@ static long sweep_bounded(int q) {
             uint8_t e[8];
             for (unsigned i = 0; i < 8; i++)
                 e[i] = domain[(base + i * strides[pass]) % n];
-            uint32_t p[4];
-            for (int j = 0; j < 4; j++)
-                p[j] = e4m3x2_f16x2((uint32_t)e[2 * j] | ((uint32_t)e[2 * j + 1] << 8));
-            uint32_t word = fp4_pack8_f16x2_bounded(p[0], p[1], p[2], p[3], splat);
-            for (int i = 0; i < 8; i++) {
-                unsigned want = ref_e2m1_from_f32(ref_e4m3_to_f32(e[i]) * m);
-                unsigned got = (word >> (4 * i)) & 0xFu;
-                if (got != want && bad++ < 4)
-                    cr_log_error("bounded: e4m3 0x%02x * 2^%d (lane %d, flush %d): packed "
-                                 "0x%x, reference 0x%x", e[i], q, i, (int)flush, got, want);
-            }
+            bad = check_group(e, q, true, bad);
         }
     return bad;
 }
