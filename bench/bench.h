@@ -30,12 +30,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flush.h"
 #include "tk.h"
 #include "tk_internal.h"
 
 typedef struct tkb_context {
     const tk__driver_api *cu;  /* the driver, already initialised */
     uint64_t seed;             /* input seed: reproducible inputs */
+    tkb_flush *flush;          /* tkbench's L2 flush (cuBLAS planning uses it) */
 } tkb_context;
 
 typedef struct tkb_case tkb_case;

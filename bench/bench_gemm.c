@@ -195,9 +195,9 @@ static void plan_ceiling(const tkb_context *ctx, gemm_state *s) {
     if (!tkb_alloc(ctx, &s->d_ceiling, s->d_bytes) || !tkb_alloc(ctx, &s->unit_scales, 8) ||
         !tkb_upload(ctx, s->unit_scales, ones, sizeof ones))
         return;
-    s->plan = tkb_cublas_plan_create(ctx->cu, p->input, p->m, p->n, p->k, s->a, s->b,
-                                     s->d_ceiling, s->unit_scales, s->unit_scales + 4, why,
-                                     sizeof why);
+    s->plan = tkb_cublas_plan_create(ctx->cu, ctx->flush, p->input, p->m, p->n, p->k, s->a,
+                                     s->b, s->d_ceiling, s->unit_scales, s->unit_scales + 4,
+                                     why, sizeof why);
     if (!s->plan)
         fprintf(stderr, "tkbench: no cuBLAS ceiling for gemm %ldx%ldx%ld: %s\n", (long)p->m,
                 (long)p->n, (long)p->k, why);

@@ -70,7 +70,6 @@ enum {
 #define CANDIDATES 16
 #define WARM_LAUNCHES 3
 #define TIMED_LAUNCHES 5
-#define FLUSH_BYTES ((size_t)256 << 20) /* > the H200's 60 MB L2, as tkbench.c */
 /* the plan's own copies of the two fp8 scales, each on its own 256 bytes */
 #define SCALE_SLOT 256
 /* choose_algorithm's answer when the device failed (not a cublasStatus_t) */
@@ -114,6 +113,7 @@ static struct {
 
 struct tkb_cublas_plan {
     const tk__driver_api *cu;
+    tkb_flush *flush; /* NULL: candidates timed warm */
     cublaslt_matmul_desc desc;
     /* cuBLAS's A is our b (k x n column-major), its B our a (k x m), and
      * D^T (n x m) is our d; C is D (beta is 0), with D's layout */
@@ -319,18 +319,19 @@ static int compare_floats(const void *x, const void *y) {
 }
 
 /* What timing the candidates needs: events and, when it can be had, the
- * L2 flush buffer. */
+ * L2 flush, the same read flush as tkbench's timed rows (bench/flush.c) so
+ * that the algorithm is picked under the conditions it is timed in. */
 typedef struct timer {
     const tk__driver_api *cu;
     CUevent start, stop;
-    CUdeviceptr flush; /* 0: timed without flushing (noted once) */
+    tkb_flush *flush; /* NULL: timed without flushing */
 } timer;
 
 /* Outcome of one launch of a candidate. */
 typedef enum { CANDIDATE_RAN, CANDIDATE_REFUSED, CANDIDATE_BROKE } candidate_outcome;
 
 /* One launch of algo; with ms, timed between the timer's events after an
- * L2 flush (pattern fills the flush buffer), *ms its time.  REFUSED (with
+ * L2 flush (pattern: the memset flush's fill), *ms its time.  REFUSED (with
  * *status) when cublasLtMatmul will not run it; BROKE when the device or
  * the driver failed, which ends the search. */
 static candidate_outcome launch_candidate(const tkb_cublas_plan *plan, const timer *t,
@@ -342,8 +343,10 @@ static candidate_outcome launch_candidate(const tkb_cublas_plan *plan, const tim
     *result = CUDA_SUCCESS;
     if (!ms)
         return (*status = run_algo(plan, algo)) != 0 ? CANDIDATE_REFUSED : CANDIDATE_RAN;
-    if (t->flush && (*result = cu->cuMemsetD32(t->flush, pattern, FLUSH_BYTES / 4)))
+    if (t->flush && !tkb_flush_run(t->flush, pattern)) {
+        *result = CUDA_ERROR_LAUNCH_FAILED;
         return CANDIDATE_BROKE;
+    }
     if ((*result = cu->cuEventRecord(t->start, NULL)))
         return CANDIDATE_BROKE;
     if ((*status = run_algo(plan, algo)) != 0)
@@ -494,7 +497,7 @@ static int choose_algorithm(tkb_cublas_plan *plan, const char *label, char *why,
                  "algorithms", status, status_name(status), returned);
         return status ? status : 15;
     }
-    timer t = {cu, NULL, NULL, 0};
+    timer t = {.cu = cu};
     CUresult result;
     if ((result = cu->cuEventCreate(&t.start, CU_EVENT_DEFAULT)) ||
         (result = cu->cuEventCreate(&t.stop, CU_EVENT_DEFAULT))) {
@@ -503,14 +506,10 @@ static int choose_algorithm(tkb_cublas_plan *plan, const char *label, char *why,
         snprintf(why, size, "cuBLAS plan: cuEventCreate returned CUresult %d", (int)result);
         return PLAN_BROKEN;
     }
-    if (cu->cuMemAlloc(&t.flush, FLUSH_BYTES) != CUDA_SUCCESS) {
-        t.flush = 0;
-        fprintf(stderr, "tkbench: %s: no memory for the L2 flush, candidates timed warm\n",
-                label);
-    }
+    t.flush = plan->flush;
+    if (!t.flush)
+        fprintf(stderr, "tkbench: %s: no L2 flush, candidates timed warm\n", label);
     status = race_candidates(plan, &t, found, returned, label, why, size);
-    if (t.flush)
-        cu->cuMemFree(t.flush);
     cu->cuEventDestroy(t.start);
     cu->cuEventDestroy(t.stop);
     return status;
@@ -547,8 +546,8 @@ static int set_scales(tkb_cublas_plan *plan, CUdeviceptr of_a, CUdeviceptr of_b)
     return status ? status : lib.api.desc_set(plan->desc, DESC_B_SCALE_POINTER, &b, sizeof b);
 }
 
-tkb_cublas_plan *tkb_cublas_plan_create(const tk__driver_api *cu, tk_dtype input, int64_t m,
-                                        int64_t n, int64_t k, CUdeviceptr a, CUdeviceptr b,
+tkb_cublas_plan *tkb_cublas_plan_create(const tk__driver_api *cu, tkb_flush *flush,
+                                        tk_dtype input, int64_t m, int64_t n, int64_t k, CUdeviceptr a, CUdeviceptr b,
                                         CUdeviceptr d, CUdeviceptr scale_a,
                                         CUdeviceptr scale_b, char *why, size_t size) {
     if (!tkb_cublas_available(why, size))
@@ -563,6 +562,7 @@ tkb_cublas_plan *tkb_cublas_plan_create(const tk__driver_api *cu, tk_dtype input
         return NULL;
     }
     plan->cu = cu;
+    plan->flush = flush;
     plan->a = (const void *)(uintptr_t)a;
     plan->b = (const void *)(uintptr_t)b;
     plan->d = (void *)(uintptr_t)d;

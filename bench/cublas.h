@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flush.h"
 #include "tk.h"
 #include "tk_internal.h"
 
@@ -45,10 +46,11 @@ bool tkb_cublas_available(char *why, size_t size);
  * to one f32 each (per-tensor scales), read once here: the plan keeps
  * its own 256-byte-aligned copies; ignored for bf16.  Creating the plan
  * runs the matmul (to time the candidates), so a, b and d must be valid
- * device buffers.  NULL with *why set ("cuBLAS: <stage> returned <status>
+ * device buffers; the candidates are timed after flush (tkbench's L2
+ * flush, NULL: warm), as the rows that use the plan are.  NULL with *why set ("cuBLAS: <stage> returned <status>
  * (<name>)") when cuBLAS is unavailable or refuses the problem. */
-tkb_cublas_plan *tkb_cublas_plan_create(const tk__driver_api *cu, tk_dtype input, int64_t m,
-                                        int64_t n, int64_t k, CUdeviceptr a, CUdeviceptr b,
+tkb_cublas_plan *tkb_cublas_plan_create(const tk__driver_api *cu, tkb_flush *flush,
+                                        tk_dtype input, int64_t m, int64_t n, int64_t k, CUdeviceptr a, CUdeviceptr b,
                                         CUdeviceptr d, CUdeviceptr scale_a,
                                         CUdeviceptr scale_b, char *why, size_t size);
 

@@ -670,7 +670,7 @@ static bool time_compute(bench_context *ctx, const tkb_case *c, const tkb_comput
  * row. */
 static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
 {
-    tkb_context tctx = {ctx->api, INPUT_SEED};
+    tkb_context tctx = {ctx->api, INPUT_SEED, &ctx->flush};
     void *state = NULL;
     r->check = "error";
     r->bytes = 0;
