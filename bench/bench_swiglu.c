@@ -9,7 +9,9 @@
  *   swiglu_backward_and_per_token_cast: the same draw at alignment 128
  *     (about 35584 rows), I = 3584, npc 128 (torch.compile 3341 us);
  *   swiglu_forward_and_per_channel_cast_and_transpose: spec 13.2's
- *     T = 4096, I = 2048, 128-row blocks, transposed.
+ *     T = 4096, I = 2048, 128-row blocks, transposed (the target row), and
+ *     the largest shape of the spec's test sweep, T = 8064, I = 7168, where
+ *     launch and tail effects weigh little.
  * Bytes moved: every input once and every output once (SF at their
  * logical size).  Each row is checked against tests/ref/swiglu.c after the
  * warm-up launch, with the exp values taken from the GPU (swiglu.h):
@@ -336,6 +338,7 @@ static bool swiglu_verify(const tkb_context *ctx, void *state, char *detail, siz
 static const swiglu_params FORWARD = {BENCH_FORWARD, 3584, 0, 16, 128, true};
 static const swiglu_params BACKWARD = {BENCH_BACKWARD, 3584, 0, 128, 128, false};
 static const swiglu_params PER_CHANNEL = {BENCH_PER_CHANNEL, 2048, 4096, 0, 128, true};
+static const swiglu_params PER_CHANNEL_LARGE = {BENCH_PER_CHANNEL, 7168, 8064, 0, 128, true};
 
 static const tkb_case SWIGLU_CASES[] = {
     {"swiglu_forward_and_per_token_cast", "33760x7168", "bf16->e4m3 1x128 packed ue8m0, mask",
@@ -344,5 +347,7 @@ static const tkb_case SWIGLU_CASES[] = {
      swiglu_setup, swiglu_launch, swiglu_verify, swiglu_teardown, &BACKWARD},
     {"swiglu_forward_and_per_channel_cast_and_transpose", "4096x4096", "bf16->e4m3 128x1 round, T",
      swiglu_setup, swiglu_launch, swiglu_verify, swiglu_teardown, &PER_CHANNEL},
+    {"swiglu_forward_and_per_channel_cast_and_transpose", "8064x14336", "bf16->e4m3 128x1 round, T",
+     swiglu_setup, swiglu_launch, swiglu_verify, swiglu_teardown, &PER_CHANNEL_LARGE},
 };
 TKB_REGISTER(SWIGLU_CASES)

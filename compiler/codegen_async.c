@@ -293,7 +293,18 @@ static const char *wgmma_type_name(DType t) {
  * rows, along M/N for K-major and along K for MN-major operands), layout
  * type 1 in bits 62-63.  Base offset (bits 49-51) is 0: the buffer is
  * 1024-byte aligned and K steps stay inside the first 128 bytes of a row
- * (K-major) or move by whole 8-row groups (MN-major). */
+ * (K-major) or move by whole 8-row groups (MN-major).
+ *
+ * The origin's constant indices (the K steps of one gemm, a constant row
+ * block) are added to the finished descriptor instead of to the address:
+ * the descriptors of one gemm's wgmmas then share the masked and shifted
+ * address of the variable part (one computation per operand and stage
+ * after LLVM's CSE) and differ by a constant, which removes about half
+ * of the integer instructions per wgmma.  This is exact: every shared
+ * address is below 2^18 (228 KB), so with both parts 16-byte aligned
+ * ((v & 0x3FFFF) >> 4) + (c >> 4) = ((v + c) & 0x3FFFF) >> 4 < 2^14, and
+ * the sum never reaches the fields above bit 13.  A constant part that
+ * is not a non-negative multiple of 16 keeps the plain computation. */
 static LLVMValueRef descriptor(Codegen *cg, const Region *r, Loc loc, const char *what) {
     const Buffer *b = r->buffer;
     if (!b || b->scope != SCOPE_SHARED) {
@@ -310,18 +321,38 @@ static LLVMValueRef descriptor(Codegen *cg, const Region *r, Loc loc, const char
                  what, b->name);
         return NULL;
     }
-    LLVMValueRef origin[IR_MAX_RANK];
+    LLVMValueRef origin[IR_MAX_RANK], variable[IR_MAX_RANK], constant[IR_MAX_RANK];
+    LLVMValueRef zero[IR_MAX_RANK];
     cg_region_start(cg, r, origin);
     LLVMBuilderRef bld = cg->builder;
+    for (int d = 0; d < b->rank; d++) {
+        bool fixed = LLVMIsAConstantInt(origin[d]) != NULL;
+        zero[d] = cg_i32(cg, 0);
+        variable[d] = fixed ? zero[d] : origin[d];
+        constant[d] = fixed ? origin[d] : zero[d];
+    }
+    /* the builder folds constant operands, so these are ConstantInts when
+     * the layout is the linear one descriptors describe */
+    LLVMValueRef constant_offset =
+        LLVMBuildSub(bld, cg_shared_offset(cg, b, constant, false),
+                     cg_shared_offset(cg, b, zero, false), "");
+    int64_t constant_bytes = LLVMIsAConstantInt(constant_offset)
+                                 ? LLVMConstIntGetSExtValue(constant_offset)
+                                 : -1;
+    bool split = constant_bytes >= 0 && constant_bytes % 16 == 0;
     LLVMValueRef window = LLVMBuildPtrToInt(bld, cg->shared, i32_type(cg), "");
     LLVMValueRef address =
-        LLVMBuildAdd(bld, window, cg_shared_offset(cg, b, origin, false), "");
+        LLVMBuildAdd(bld, window, cg_shared_offset(cg, b, split ? variable : origin, false), "");
     LLVMValueRef start = LLVMBuildLShr(
         bld, LLVMBuildAnd(bld, address, cg_i32(cg, 0x3FFFF), ""), cg_i32(cg, 4), "");
     uint64_t fields = (1ull << 16) | ((uint64_t)(DESC_ATOM_BYTES >> 4) << 32) |
                       (DESC_SWIZZLE128 << 62);
-    return LLVMBuildOr(bld, LLVMBuildZExt(bld, start, i64_type(cg), ""),
-                       i64_const(cg, fields), "");
+    LLVMValueRef descriptor = LLVMBuildOr(bld, LLVMBuildZExt(bld, start, i64_type(cg), ""),
+                                          i64_const(cg, fields), "");
+    if (split && constant_bytes > 0)
+        descriptor = LLVMBuildAdd(bld, descriptor, i64_const(cg, (uint64_t)constant_bytes >> 4),
+                                  "");
+    return descriptor;
 }
 
 /* Constant flat index of a LOCAL region's origin, or -1. */

@@ -16,7 +16,8 @@
  * path.  The same runs with f16 subnormal inputs and results flushed,
  * which must not change any code.  The packed |max| is checked against
  * fmaxf of fabsf for every pair of codes, and the gate for every sign and
- * exponent.
+ * exponent.  The finite variant (NaN-free items), the NaN flag and the
+ * division-free round_sf exponent are checked the same way.
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -204,25 +205,58 @@ static uint32_t fp4_pack8_f16x2_bounded(uint32_t p0, uint32_t p1, uint32_t p2, u
     return (even & 0x0F0F0F0Fu) | ((odd << 4) & 0xF0F0F0F0u);
 }
 
+static uint32_t fp4_f16x2_codes_finite(uint32_t y) {
+    uint32_t b = f16x2_max_xorsign_abs(y & 0xFC00FC00u, 0x3C003C00u);
+    uint32_t s = f16x2_fma(b, 0x60006000u, y);
+    return s + (s >> 9);
+}
+
+static uint32_t fp4_pack8_f16x2_finite(uint32_t p0, uint32_t p1, uint32_t p2, uint32_t p3,
+                                       uint32_t m) {
+    uint32_t u0 = fp4_f16x2_codes_finite(f16x2_mul(p0, m));
+    uint32_t u1 = fp4_f16x2_codes_finite(f16x2_mul(p1, m));
+    uint32_t u2 = fp4_f16x2_codes_finite(f16x2_mul(p2, m));
+    uint32_t u3 = fp4_f16x2_codes_finite(f16x2_mul(p3, m));
+    uint32_t n01 = prmt(u0, u1, 0x6420u) | (prmt(u0, u1, 0xFDB9u) & 0x08080808u);
+    uint32_t n23 = prmt(u2, u3, 0x6420u) | (prmt(u2, u3, 0xFDB9u) & 0x08080808u);
+    uint32_t even = prmt(n01, n23, 0x6420u);
+    uint32_t odd = prmt(n01, n23, 0x7531u);
+    return (even & 0x0F0F0F0Fu) | ((odd << 4) & 0xF0F0F0F0u);
+}
+
+static uint32_t fp4_f16x2_nan_flag(uint32_t flag, uint32_t pair) {
+    return f16x2_fma(pair, 0u, flag);
+}
+
+static int32_t fp4_round_exponent(float a) {
+    return (int32_t)((bits_of(a) + 0x3FFFFFu) >> 23) - 129;
+}
+
 /* ---- the exhaustive comparison ------------------------------------------- */
 
+enum encoder { ENCODER_FULL, ENCODER_BOUNDED, ENCODER_FINITE };
+static const char *const encoder_names[3] = {"", "bounded: ", "finite: "};
+
 /* Encodes the eight e4m3 codes e[] times 2^q with the packed path (the
- * bounded encoder when `bounded`) and counts the nibbles that differ from
- * the reference, logging the first few. */
-static long check_group(const uint8_t e[8], int q, bool bounded, long bad) {
+ * bounded or finite encoder when asked) and counts the nibbles that
+ * differ from the reference, logging the first few. */
+static long check_group(const uint8_t e[8], int q, enum encoder encoder, long bad) {
     float m = ldexpf(1.0f, q);
     uint32_t splat = fp4_f16x2_splat(m);
     uint32_t p[4];
     for (int j = 0; j < 4; j++)
         p[j] = e4m3x2_f16x2((uint32_t)e[2 * j] | ((uint32_t)e[2 * j + 1] << 8));
-    uint32_t word = bounded ? fp4_pack8_f16x2_bounded(p[0], p[1], p[2], p[3], splat)
-                            : fp4_pack8_f16x2(p[0], p[1], p[2], p[3], splat);
+    uint32_t word = encoder == ENCODER_BOUNDED
+                        ? fp4_pack8_f16x2_bounded(p[0], p[1], p[2], p[3], splat)
+                    : encoder == ENCODER_FINITE
+                        ? fp4_pack8_f16x2_finite(p[0], p[1], p[2], p[3], splat)
+                        : fp4_pack8_f16x2(p[0], p[1], p[2], p[3], splat);
     for (int i = 0; i < 8; i++) {
         unsigned want = ref_e2m1_from_f32(ref_e4m3_to_f32(e[i]) * m);
         unsigned got = (word >> (4 * i)) & 0xFu;
         if (got != want && bad++ < 4)
             cr_log_error("%se4m3 0x%02x * 2^%d (lane %d, flush %d): packed 0x%x, "
-                         "reference 0x%x", bounded ? "bounded: " : "", e[i], q, i, (int)flush,
+                         "reference 0x%x", encoder_names[encoder], e[i], q, i, (int)flush,
                          got, want);
     }
     return bad;
@@ -238,7 +272,7 @@ static long sweep(int q) {
             uint8_t e[8];
             for (int i = 0; i < 8; i++)
                 e[i] = (uint8_t)((base + (uint32_t)i + (uint32_t)pass) * steps[pass]);
-            bad = check_group(e, q, false, bad);
+            bad = check_group(e, q, ENCODER_FULL, bad);
         }
     return bad;
 }
@@ -287,15 +321,16 @@ Test(fp4_f16x2, packed_amax_of_every_pair) {
 
 /* The bounded encoder (per_token_requant's fast path) on its domain: every
  * e4m3 code v with |v| * 2^q <= 6, and NaN, in every lane next to every
- * other such code, for every admitted 2^q, with and without flushing. */
-static long sweep_bounded(int q) {
+ * other such code, for every admitted 2^q, with and without flushing.
+ * The finite encoder (its NaN-free items) likewise without the NaNs. */
+static long sweep_bounded(int q, enum encoder encoder) {
     static const unsigned strides[3] = {1u, 7u, 13u};
     float m = ldexpf(1.0f, q);
     uint8_t domain[256];
     unsigned n = 0;
     for (unsigned code = 0; code < 256u; code++) {
         float v = ref_e4m3_to_f32((uint8_t)code);
-        if (isnan(v) || fabsf(v) * m <= 6.0f)
+        if (isnan(v) ? encoder == ENCODER_BOUNDED : fabsf(v) * m <= 6.0f)
             domain[n++] = (uint8_t)code;
     }
     long bad = 0;
@@ -304,7 +339,7 @@ static long sweep_bounded(int q) {
             uint8_t e[8];
             for (unsigned i = 0; i < 8; i++)
                 e[i] = domain[(base + i * strides[pass]) % n];
-            bad = check_group(e, q, true, bad);
+            bad = check_group(e, q, encoder, bad);
         }
     return bad;
 }
@@ -314,8 +349,56 @@ Test(fp4_f16x2, bounded_products_match_the_reference) {
     for (int f = 0; f < 2; f++) {
         flush = f == 1;
         for (int q = -14; q <= 15; q++)
-            bad += sweep_bounded(q);
+            bad += sweep_bounded(q, ENCODER_BOUNDED);
     }
     flush = false;
     cr_assert_eq(bad, 0, "%ld mismatching elements", bad);
+}
+
+Test(fp4_f16x2, finite_products_match_the_reference) {
+    long bad = 0;
+    for (int f = 0; f < 2; f++) {
+        flush = f == 1;
+        for (int q = -14; q <= 15; q++)
+            bad += sweep_bounded(q, ENCODER_FINITE);
+    }
+    flush = false;
+    cr_assert_eq(bad, 0, "%ld mismatching elements", bad);
+}
+
+/* The NaN flag is 0 after a pair exactly when neither code is a NaN, a
+ * set flag stays set whatever follows, and two flags combine the same
+ * way (with and without flushing: a subnormal times 0 is a zero either
+ * way). */
+Test(fp4_f16x2, nan_flag_of_every_pair) {
+    for (int f = 0; f < 2; f++) {
+        flush = f == 1;
+        uint32_t set = fp4_f16x2_nan_flag(0u, e4m3x2_f16x2(0x7Fu));
+        cr_assert_neq(set, 0u);
+        for (uint32_t a = 0; a < 256u; a++)
+            for (uint32_t b = 0; b < 256u; b++) {
+                uint32_t pair = e4m3x2_f16x2(a | (b << 8));
+                bool nan = (a & 0x7Fu) == 0x7Fu || (b & 0x7Fu) == 0x7Fu;
+                uint32_t flag = fp4_f16x2_nan_flag(0u, pair);
+                cr_assert_eq(flag != 0u, nan, "e4m3 0x%02x 0x%02x: flag 0x%08x", a, b, flag);
+                cr_assert_neq(fp4_f16x2_nan_flag(set, pair), 0u, "0x%02x 0x%02x", a, b);
+                cr_assert_eq(fp4_f16x2_nan_flag(flag, set) != 0u, true);
+                cr_assert_eq(fp4_f16x2_nan_flag(flag, 0u) != 0u, nan);
+            }
+    }
+    flush = false;
+}
+
+/* fp4_round_exponent is pow2_exponent(a / 6) (stdlib/quant.tk) for every
+ * finite a >= FP4_CLAMP_MIN. */
+Test(fp4_f16x2, round_exponent_matches_the_division) {
+    long bad = 0;
+    for (uint32_t bits = 0x01C00000u; bits < 0x7F800000u; bits++) {
+        float sf = f32_of(bits) / 6.0f;
+        int32_t want = (int32_t)((bits_of(sf) - 1u) >> 23) + 1 - 127;
+        int32_t got = fp4_round_exponent(f32_of(bits));
+        if (got != want && bad++ < 4)
+            cr_log_error("a = %a: %d, division %d", (double)f32_of(bits), got, want);
+    }
+    cr_assert_eq(bad, 0, "%ld mismatching exponents", bad);
 }

@@ -116,6 +116,11 @@ static const struct {
      tkl_gemm_fp8_blockscaled_persistent_store__default},
     {TK__GEMM_FP8_WIDE_PERSISTENT_STORE, "gemm_fp8_blockscaled_wide_persistent_store__default",
      NULL, tkl_gemm_fp8_blockscaled_wide_persistent_store__default},
+    {TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH,
+     "gemm_fp8_blockscaled_persistent_store_prefetch__default", NULL,
+     tkl_gemm_fp8_blockscaled_persistent_store_prefetch__default},
+    {TK__GEMM_FP8_PERSISTENT_STORE_SINGLE, "gemm_fp8_blockscaled_persistent_store_single__default",
+     NULL, tkl_gemm_fp8_blockscaled_persistent_store_single__default},
 };
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))

@@ -42,7 +42,10 @@ typedef enum tk__gemm_variant {
     /* fp8, persistent, epilogue through shared memory and TMA stores
      * (kernels/gemm_fp8_store.tk) */
     TK__GEMM_FP8_PERSISTENT_STORE = 26,     /* 128 x 128, bands of 16, 3 stages + half tile */
-    TK__GEMM_FP8_WIDE_PERSISTENT_STORE = 27 /* 256 x 128, bands of 8, 3 stages + tile */
+    TK__GEMM_FP8_WIDE_PERSISTENT_STORE = 27, /* 256 x 128, bands of 8, 3 stages + tile */
+    /* experiments on the 128 x 128 one (same tile walk and epilogue) */
+    TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH = 28, /* B scales loaded one step ahead */
+    TK__GEMM_FP8_PERSISTENT_STORE_SINGLE = 29    /* one K block per step, 6 stages */
 } tk__gemm_variant;
 
 /* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)
