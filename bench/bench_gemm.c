@@ -111,16 +111,27 @@ static const gemm_params FP8_8K_WIDE_PERSISTENT_STORE = {TK_E4M3, 8192, 8192, 81
                                                          TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
 static const gemm_params FP8_MOE_WIDE_PERSISTENT_STORE = {TK_E4M3, 4096, 7168, 2048,
                                                           TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
-/* Experiments on the 128 x 128 TMA-store kernel (kernels/gemm_fp8_store.tk):
- * B scales loaded one step ahead; one K block per step with 6 stages. */
+/* Experiments on the TMA-store kernels (kernels/gemm_fp8_store.tk): 128 x
+ * 128 with the B scales loaded one step ahead, in bands of 16 and of 8;
+ * 128 x 192 tiles with one K block per step and 4 stages, with one partial
+ * product (promotions in lockstep) or with two column halves (promotions
+ * overlapped). */
 static const gemm_params FP8_8K_STORE_PREFETCH = {TK_E4M3, 8192, 8192, 8192,
                                                   TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH};
 static const gemm_params FP8_MOE_STORE_PREFETCH = {TK_E4M3, 4096, 7168, 2048,
                                                    TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH};
-static const gemm_params FP8_8K_STORE_SINGLE = {TK_E4M3, 8192, 8192, 8192,
-                                                TK__GEMM_FP8_PERSISTENT_STORE_SINGLE};
-static const gemm_params FP8_MOE_STORE_SINGLE = {TK_E4M3, 4096, 7168, 2048,
-                                                 TK__GEMM_FP8_PERSISTENT_STORE_SINGLE};
+static const gemm_params FP8_8K_STORE_PREFETCH_BAND8 = {
+    TK_E4M3, 8192, 8192, 8192, TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH_BAND8};
+static const gemm_params FP8_MOE_STORE_PREFETCH_BAND8 = {
+    TK_E4M3, 4096, 7168, 2048, TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH_BAND8};
+static const gemm_params FP8_8K_STORE_N192 = {TK_E4M3, 8192, 8192, 8192,
+                                              TK__GEMM_FP8_PERSISTENT_STORE_N192};
+static const gemm_params FP8_MOE_STORE_N192 = {TK_E4M3, 4096, 7168, 2048,
+                                               TK__GEMM_FP8_PERSISTENT_STORE_N192};
+static const gemm_params FP8_8K_STORE_N192_HALVES = {TK_E4M3, 8192, 8192, 8192,
+                                                     TK__GEMM_FP8_PERSISTENT_STORE_N192_HALVES};
+static const gemm_params FP8_MOE_STORE_N192_HALVES = {TK_E4M3, 4096, 7168, 2048,
+                                                      TK__GEMM_FP8_PERSISTENT_STORE_N192_HALVES};
 
 static void teardown(const tkb_context *ctx, void *opaque) {
     gemm_state *s = opaque;
@@ -434,17 +445,29 @@ static const tkb_case CASES[] = {
      "e4m3 (tk_gemm_fp8_blockscaled) 128x128 persistent, TMA-store epilogue", setup,
      launch, verify, teardown, &FP8_MOE_PERSISTENT_STORE},
     {"gemm_fp8_blockscaled", "8192x8192x8192",
+     "e4m3 128x192 persistent, TMA-store epilogue, 1 K block x 4 stages", setup,
+     launch, verify, teardown, &FP8_8K_STORE_N192},
+    {"gemm_fp8_blockscaled", "4096x7168x2048",
+     "e4m3 128x192 persistent, TMA-store epilogue, 1 K block x 4 stages", setup,
+     launch, verify, teardown, &FP8_MOE_STORE_N192},
+    {"gemm_fp8_blockscaled", "8192x8192x8192",
+     "e4m3 128x192 persistent, TMA-store epilogue, column halves overlapped", setup,
+     launch, verify, teardown, &FP8_8K_STORE_N192_HALVES},
+    {"gemm_fp8_blockscaled", "4096x7168x2048",
+     "e4m3 128x192 persistent, TMA-store epilogue, column halves overlapped", setup,
+     launch, verify, teardown, &FP8_MOE_STORE_N192_HALVES},
+    {"gemm_fp8_blockscaled", "8192x8192x8192",
      "e4m3 128x128 persistent, TMA-store epilogue, B scales prefetched", setup,
      launch, verify, teardown, &FP8_8K_STORE_PREFETCH},
     {"gemm_fp8_blockscaled", "4096x7168x2048",
      "e4m3 128x128 persistent, TMA-store epilogue, B scales prefetched", setup,
      launch, verify, teardown, &FP8_MOE_STORE_PREFETCH},
     {"gemm_fp8_blockscaled", "8192x8192x8192",
-     "e4m3 128x128 persistent, TMA-store epilogue, 1 K block x 6 stages", setup,
-     launch, verify, teardown, &FP8_8K_STORE_SINGLE},
+     "e4m3 128x128 persistent, TMA-store epilogue, B scales prefetched, bands of 8", setup,
+     launch, verify, teardown, &FP8_8K_STORE_PREFETCH_BAND8},
     {"gemm_fp8_blockscaled", "4096x7168x2048",
-     "e4m3 128x128 persistent, TMA-store epilogue, 1 K block x 6 stages", setup,
-     launch, verify, teardown, &FP8_MOE_STORE_SINGLE},
+     "e4m3 128x128 persistent, TMA-store epilogue, B scales prefetched, bands of 8", setup,
+     launch, verify, teardown, &FP8_MOE_STORE_PREFETCH_BAND8},
     {"gemm_fp8_blockscaled", "8192x8192x8192",
      "e4m3 256x128 persistent, TMA-store epilogue", setup,
      launch, verify, teardown, &FP8_8K_WIDE_PERSISTENT_STORE},
@@ -491,5 +514,9 @@ static const tkb_compute COMPUTE[] = {
     {&CASES[33], FLOPS(4096, 7168, 2048), ceiling},
     {&CASES[34], FLOPS(8192, 8192, 8192), ceiling},
     {&CASES[35], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[36], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[37], FLOPS(4096, 7168, 2048), ceiling},
+    {&CASES[38], FLOPS(8192, 8192, 8192), ceiling},
+    {&CASES[39], FLOPS(4096, 7168, 2048), ceiling},
 };
 TKB_REGISTER_COMPUTE(COMPUTE)

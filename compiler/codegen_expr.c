@@ -20,7 +20,8 @@
  * guards the whole access with one branch, a lanes-wide one guards each
  * lane; a masked load yields zero where the predicate is false and never
  * touches memory there (out-of-bounds tile loads read 0, tilekernels-spec
- * 2.4).
+ * 2.4).  A global access under the kernel's load_cache / store_cache hint
+ * is emitted by codegen_cache.c instead of as an LLVM load or store.
  */
 #include <string.h>
 
@@ -540,9 +541,12 @@ static LLVMValueRef produce_load(Codegen *cg, void *opaque) {
         scalar_index[d] = st->lane < 0 ? st->index[d] : lane_of(cg, st->index[d], st->lane);
     LLVMValueRef address = element_address(cg, a->buffer, scalar_index);
     LLVMTypeRef type = st->lane < 0 ? LLVMVectorType(element, (unsigned)a->lanes) : element;
-    LLVMValueRef v = LLVMBuildLoad2(cg->builder, type, address, "");
-    LLVMSetAlignment(v, st->lane < 0 ? access_alignment(a)
-                                     : (unsigned)element_bytes(a->buffer->dtype));
+    unsigned alignment = st->lane < 0 ? access_alignment(a)
+                                      : (unsigned)element_bytes(a->buffer->dtype);
+    LLVMValueRef v = cg_cached_load(cg, a->buffer, type, address, alignment);
+    if (v) return v;
+    v = LLVMBuildLoad2(cg->builder, type, address, "");
+    LLVMSetAlignment(v, alignment);
     return v;
 }
 
@@ -636,9 +640,11 @@ static LLVMValueRef produce_store(Codegen *cg, void *opaque) {
         scalar_index[d] = st->lane < 0 ? st->index[d] : lane_of(cg, st->index[d], st->lane);
     LLVMValueRef address = element_address(cg, a->buffer, scalar_index);
     LLVMValueRef v = st->lane < 0 ? st->value : lane_of(cg, st->value, st->lane);
+    unsigned alignment = st->lane < 0 ? access_alignment(a)
+                                      : (unsigned)element_bytes(a->buffer->dtype);
+    if (cg_cached_store(cg, a->buffer, v, address, alignment)) return NULL;
     LLVMValueRef store = LLVMBuildStore(cg->builder, v, address);
-    LLVMSetAlignment(store, st->lane < 0 ? access_alignment(a)
-                                         : (unsigned)element_bytes(a->buffer->dtype));
+    LLVMSetAlignment(store, alignment);
     return NULL;
 }
 

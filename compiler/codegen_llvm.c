@@ -506,6 +506,7 @@ static void emit_kernel(Codegen *cg, Kernel *k) {
     cg->nbuffers = 0;
     cg->naccumulators = 0;
     cg->wgmma_reported = false;
+    memset(cg->cache_policies, 0, sizeof cg->cache_policies);
     cg->tensor_maps = calloc((size_t)k->ntensor_maps + 1, sizeof *cg->tensor_maps);
     if (!cg->values || !cg->tensor_maps) ice("out of memory");
     for (int i = 0; i < k->ntensor_maps; i++)

@@ -68,6 +68,9 @@ typedef struct Codegen {
      * it belongs to another function) */
     LLVMValueRef wgmma_mark;
     bool wgmma_reported;       /* "no wgmma on this arch" said once */
+    /* codegen_cache.c: the kernel's L2 policy registers by CacheHint,
+     * NULL until first used */
+    LLVMValueRef cache_policies[CACHE_COUNT];
 } Codegen;
 
 /* codegen_llvm.c */
@@ -94,6 +97,15 @@ LLVMValueRef cg_to_memory(Codegen *cg, LLVMValueRef v, DType t);
 LLVMValueRef cg_from_memory(Codegen *cg, LLVMValueRef v, DType t);
 LLVMValueRef cg_load(Codegen *cg, const Expr *e);
 void cg_store(Codegen *cg, const Stmt *s);
+
+/* codegen_cache.c: a load or store of a global tensor under the kernel's
+ * load_cache / store_cache hint, as inline PTX.  cg_cached_store returns
+ * false (and emits nothing) when the access takes no hint;
+ * cg_cached_load returns the loaded value of `type`, or NULL. */
+bool cg_cached_store(Codegen *cg, const Buffer *b, LLVMValueRef value, LLVMValueRef address,
+                     unsigned alignment);
+LLVMValueRef cg_cached_load(Codegen *cg, const Buffer *b, LLVMTypeRef type,
+                            LLVMValueRef address, unsigned alignment);
 void cg_atomic(Codegen *cg, const Stmt *s);
 /* Byte offset (i32) of shared element index[0..rank) in the dynamic shared
  * array, with or without the buffer's XOR swizzle; and the addrspace(3)

@@ -573,6 +573,11 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
         /* the instruction reads a 16-bit register: the word's low half */
         return b32_asm(cg, e, "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; "
                               "cvt.rn.f16x2.e4m3x2 $0, lo; }");
+    case INTR_E4M3X2_F16X2_HIGH:
+        /* the high half as the 16-bit register: ptxas reads it as R.H1,
+         * where a shift first would cost one instruction */
+        return b32_asm(cg, e, "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; "
+                              "cvt.rn.f16x2.e4m3x2 $0, hi; }");
     case INTR_COUNT: break;
     }
     cg_error(cg, e->loc, "%s is not supported on %s here", ir_intrinsic_name(e->u.call.op),

@@ -96,6 +96,7 @@ NAME_TABLE(ir_atomic_name, AtomicOp, ATOMIC_COUNT, IR_ATOMIC_OPS, TEXT_OF_2)
 NAME_TABLE(ir_pipe_role_name, PipeRole, PIPE_COUNT, IR_PIPE_ROLES, TEXT_OF_2)
 NAME_TABLE(ir_mbarrier_op_name, MbarrierOp, MBAR_COUNT, IR_MBARRIER_OPS, TEXT_OF_3)
 NAME_TABLE(ir_fence_op_name, FenceOp, FENCE_COUNT, IR_FENCE_OPS, TEXT_OF_3)
+NAME_TABLE(ir_cache_hint_name, CacheHint, CACHE_COUNT, IR_CACHE_HINTS, TEXT_OF_2)
 #undef TEXT_OF_2
 #undef TEXT_OF_3
 #undef NAME_TABLE

@@ -220,7 +220,9 @@ typedef enum {
     X(F16X2_MAX, "f16x2_max", 2, INTR_PURE)     /* max.f16x2: NaN-dropping */ \
     X(F16X2_MAX_XORSIGN_ABS, "f16x2_max_xorsign_abs", 2, INTR_PURE)          \
     /* the two e4m3 bytes in bits 0..15 -> f16x2 (exact): cvt.rn.f16x2.e4m3x2 */ \
-    X(E4M3X2_F16X2, "e4m3x2_f16x2", 1, INTR_PURE)
+    X(E4M3X2_F16X2, "e4m3x2_f16x2", 1, INTR_PURE)                           \
+    /* the same of bits 16..31 (the .H1 operand, no shift) */                \
+    X(E4M3X2_F16X2_HIGH, "e4m3x2_f16x2_high", 1, INTR_PURE)
 
 typedef enum {
 #define X(e, name, nargs, flags) INTR_##e,
@@ -456,6 +458,17 @@ typedef enum {
  * AUTO lets the compiler decide, OFF forbids, ON forces (an error when
  * the copy or kernel cannot use it). */
 typedef enum { HINT_AUTO, HINT_OFF, HINT_ON } Hint;
+/* Cache policy of a kernel's global loads or stores (launch ... with(
+ * load_cache = C, store_cache = C); docs/language.md): the default
+ * caching, .cs (evict-first in L1 and L2), or an L2::cache_hint policy. */
+#define IR_CACHE_HINTS(X) X(DEFAULT, "default") X(STREAMING, "streaming") \
+    X(EVICT_FIRST, "evict_first") X(EVICT_LAST, "evict_last")
+typedef enum {
+#define X(e, text) CACHE_##e,
+    IR_CACHE_HINTS(X)
+#undef X
+        CACHE_COUNT
+} CacheHint;
 
 /* Roles of a PIPELINED loop (set by warp_specialize; docs/hopper.md 3). */
 #define IR_PIPE_ROLES(X)                                                     \
@@ -704,6 +717,7 @@ typedef struct Kernel {
     int ntensor_maps;
     Hint hint_tma;           /* launch ... with(tma = ...) */
     Hint hint_warp_specialize; /* launch ... with(warp_specialize = ...) */
+    CacheHint load_cache, store_cache; /* of global loads / stores */
     int compute_threads;     /* threads the tile code runs on: = threads,
                                 or the consumer threads once
                                 warp_specialize added a producer
@@ -802,6 +816,7 @@ bool ir_mbarrier_op_has_value(MbarrierOp op);
 const char *ir_fence_op_name(FenceOp op);
 bool ir_fence_op_has_value(FenceOp op);
 const char *ir_hint_name(Hint hint); /* "auto", "off", "on" */
+const char *ir_cache_hint_name(CacheHint hint); /* "default", ... */
 /* Buffer.async_kind: "none", "plain", "swizzle128", "mbarrier". */
 const char *ir_async_kind_name(int async_kind);
 

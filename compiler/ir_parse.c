@@ -222,6 +222,20 @@ Hint ir_parse_hint(Parser *p)
                  ir_lex_describe(p, token));
 }
 
+/* A cache hint word of load_cache / store_cache (IR_CACHE_HINTS). */
+static CacheHint parse_cache_hint(Parser *p)
+{
+    Token *token = peek(p);
+    for (int hint = 0; hint < CACHE_COUNT; hint++) {
+        if (is_word(token, ir_cache_hint_name((CacheHint)hint))) {
+            next(p);
+            return (CacheHint)hint;
+        }
+    }
+    ir_lex_error(p, token->loc, "expected a cache hint (default, streaming, evict_first, "
+                 "evict_last), found %s", ir_lex_describe(p, token));
+}
+
 /* tensormap = 'tensor_map' int BUFFER 'box' intlist 'swizzle' int
  * The index must be the map's position (maps print in order). */
 static void parse_tensor_map(Parser *p, PtrVec *maps)
@@ -274,6 +288,7 @@ static void parse_state(Parser *p, Kernel *k)
  *      | 'block' vardecl '=' (x|y|z) {',' ...}
  *      | 'compute_threads' int | 'min_blocks' int | 'hint_tma' hint
  *      | 'hint_warp_specialize' hint | 'cluster' int int int | tensormap
+ *      | 'load_cache' cachehint | 'store_cache' cachehint
  * compute_threads defaults to threads (ir_print leaves it out then). */
 static void parse_kernel(Parser *p)
 {
@@ -315,6 +330,10 @@ static void parse_kernel(Parser *p)
             k->hint_tma = ir_parse_hint(p);
         } else if (accept_word(p, "hint_warp_specialize")) {
             k->hint_warp_specialize = ir_parse_hint(p);
+        } else if (accept_word(p, "load_cache")) {
+            k->load_cache = parse_cache_hint(p);
+        } else if (accept_word(p, "store_cache")) {
+            k->store_cache = parse_cache_hint(p);
         } else if (accept_word(p, "tensor_map")) {
             parse_tensor_map(p, &maps);
         } else if (accept_word(p, "shared_bytes")) {

@@ -79,6 +79,11 @@ static const char *hint_text(Hint hint)
     return (unsigned)hint <= HINT_ON ? ir_hint_name(hint) : "<bad>";
 }
 
+static const char *cache_hint_text(CacheHint hint)
+{
+    return (unsigned)hint < CACHE_COUNT ? ir_cache_hint_name(hint) : "<bad>";
+}
+
 /* ` [tma H] [multicast_hint H] [map N] [multicast C dim D]
  * [barrier @bar[i]]` of a COPY. */
 static void print_copy_clauses(FILE *out, const Stmt *s)
@@ -412,6 +417,10 @@ void ir_print_kernel(FILE *out, const Kernel *k)
         fprintf(out, "  hint_tma %s\n", hint_text(k->hint_tma));
     if (k->hint_warp_specialize != HINT_AUTO)
         fprintf(out, "  hint_warp_specialize %s\n", hint_text(k->hint_warp_specialize));
+    if (k->load_cache != CACHE_DEFAULT)
+        fprintf(out, "  load_cache %s\n", cache_hint_text(k->load_cache));
+    if (k->store_cache != CACHE_DEFAULT)
+        fprintf(out, "  store_cache %s\n", cache_hint_text(k->store_cache));
     if (k->shared_bytes)
         fprintf(out, "  shared_bytes %lld\n", (long long)k->shared_bytes);
     if (k->nsymbols > 0) {

@@ -457,6 +457,9 @@ void verify_kernel_hopper(Verifier *v)
     if ((unsigned)k->hint_tma > HINT_ON || (unsigned)k->hint_warp_specialize > HINT_ON)
         verify_report(v, loc, "bad hints (tma %d, warp_specialize %d)", (int)k->hint_tma,
                       (int)k->hint_warp_specialize);
+    if ((unsigned)k->load_cache >= CACHE_COUNT || (unsigned)k->store_cache >= CACHE_COUNT)
+        verify_report(v, loc, "bad cache hints (load %d, store %d)", (int)k->load_cache,
+                      (int)k->store_cache);
     if (k->ntensor_maps > 0 && !k->tensor_maps) {
         verify_report(v, loc, "%d tensor maps but no table", k->ntensor_maps);
         return;

@@ -224,7 +224,8 @@ const AstNode *lower_option(const PtrVec *options, const char *name);
 /* The value of a hint option: a compile-time integer 0 (auto), 1 (off)
  * or 2 (on), or one of the words auto / off / on. */
 bool lower_hint(Lower *lower, const AstNode *option, Hint *out);
-/* Kernel.hint_tma / hint_warp_specialize / cluster from the launch's `with`. */
+/* Kernel.hint_tma / hint_warp_specialize / cluster / load_cache / store_cache
+ * from the launch's `with`. */
 void lower_launch_hints(Lower *lower, const AstNode *hints);
 /* The stages, role and pipe_id of a PIPELINED loop from its options. */
 bool lower_pipelined(Lower *lower, const AstNode *node, Stmt *loop);

@@ -1,8 +1,8 @@
 /*
  * lower_hopper.c -- the statements and options of the Hopper path
  * (docs/hopper.md section 1): gemm (and gemm_wait), the stages of a
- * pipelined loop, the tma / warp_specialize / cluster hints of a launch
- * and the tma / multicast hints of a copy.
+ * pipelined loop, the tma / warp_specialize / cluster / load_cache /
+ * store_cache hints of a launch and the tma / multicast hints of a copy.
  *
  * sema.c has already checked what is syntax (which options a statement
  * takes, each once; gemm and pipelined only at block level); here the
@@ -58,6 +58,36 @@ bool lower_hint(Lower *lower, const AstNode *option, Hint *out) {
     return true;
 }
 
+/* The value of load_cache / store_cache: a word of IR_CACHE_HINTS or a
+ * compile-time integer, its position there (0 default, 1 streaming,
+ * 2 evict_first, 3 evict_last), so that a template parameter can pick it. */
+static void lower_cache_hint(Lower *lower, const AstNode *option, CacheHint *out) {
+    const AstNode *value = option->a;
+    if (value->kind == AST_IDENT && !lower_find(lower, value->name) &&
+        !program_lookup(lower->file, value->name)) {
+        for (int i = 0; i < CACHE_COUNT; i++) {
+            if (strcmp(value->name, ir_cache_hint_name((CacheHint)i)) == 0) {
+                *out = (CacheHint)i;
+                return;
+            }
+        }
+        lower_error(lower, value->loc, "unknown %s hint '%s'; expected default, "
+                    "streaming, evict_first, evict_last or a compile-time integer "
+                    "0 to 3", option->name, value->name);
+        return;
+    }
+    const char *what = arena_printf(lower->program->scratch, "the %s hint", option->name);
+    int64_t hint;
+    if (!lower_const_int(lower, value, what, &hint)) return;
+    if (hint < 0 || hint >= CACHE_COUNT) {
+        lower_error(lower, value->loc, "the %s hint must be 0 (default), 1 (streaming), "
+                    "2 (evict_first) or 3 (evict_last), got %lld", option->name,
+                    (long long)hint);
+        return;
+    }
+    *out = (CacheHint)hint;
+}
+
 /* The most CTAs a cluster may have (the portable limit of sm_90). */
 #define LOWER_MAX_CLUSTER 8
 
@@ -65,7 +95,13 @@ void lower_launch_hints(Lower *lower, const AstNode *hints) {
     Kernel *k = lower->kernel;
     k->hint_tma = HINT_AUTO;
     k->hint_warp_specialize = HINT_AUTO;
+    k->load_cache = CACHE_DEFAULT;
+    k->store_cache = CACHE_DEFAULT;
     if (!hints) return;
+    const AstNode *load_cache = lower_option(hints->list, "load_cache");
+    const AstNode *store_cache = lower_option(hints->list, "store_cache");
+    if (load_cache) lower_cache_hint(lower, load_cache, &k->load_cache);
+    if (store_cache) lower_cache_hint(lower, store_cache, &k->store_cache);
     const AstNode *tma = lower_option(hints->list, "tma");
     const AstNode *ws = lower_option(hints->list, "warp_specialize");
     const AstNode *cluster = lower_option(hints->list, "cluster");

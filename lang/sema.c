@@ -302,7 +302,8 @@ static bool check_stmts(Program *program, const AstNode *node,
 
 /* The launch's `with` hints and its body's statements. */
 static bool check_launch(Program *program, const AstNode *launch) {
-    static const char *const hints[] = {"tma", "warp_specialize", "cluster", NULL};
+    static const char *const hints[] = {"tma", "warp_specialize", "cluster", "load_cache",
+                                        "store_cache", NULL};
     bool ok = true;
     const AstNode *with = launch->c;
     if (with && strcmp(with->name, "with") != 0) {

@@ -1,14 +1,14 @@
 /*
  * test_codegen_f16x2.c -- the packed f16x2 builtins (f16x2_mul / _fma /
- * _min / _max / _max_xorsign_abs, e4m3x2_f16x2) from source to PTX, with
- * no GPU.
+ * _min / _max / _max_xorsign_abs, e4m3x2_f16x2 and e4m3x2_f16x2_high) from
+ * source to PTX, with no GPU.
  *
  * A small kernel using each builtin goes through the built tkc (TKC_PATH)
  * with --emit=ptx; the PTX must hold each instruction once per use and
- * lane on 32-bit registers (the e4m3 conversion on the low half of its
- * word), and
- * the PTX must assemble with ptxas for sm_90a when ptxas is there.  The
- * wrong argument types must be refused with a located error.
+ * lane on 32-bit registers (the e4m3 conversions on the low and the high
+ * half of their word, with no shift), and the PTX must assemble with
+ * ptxas for sm_90a when ptxas is there.  The wrong argument types must be
+ * refused with a located error.
  */
 #include "tkc_test_support.h"
 
@@ -23,7 +23,8 @@ static const char SOURCE[] =
     "      let a = f16x2_fma(m, p, 0x3C003C00u);\n"
     "      let b = f16x2_min(a, 0x46004600u);\n"
     "      let c = f16x2_max(b, p);\n"
-    "      out[bx * 128 + t] = f16x2_max_xorsign_abs(c, 0x3C003C00u);\n"
+    "      let h = f16x2_max(e4m3x2_f16x2_high(x[bx * 128 + t]), c);\n"
+    "      out[bx * 128 + t] = f16x2_max_xorsign_abs(h, 0x3C003C00u);\n"
     "    }\n"
     "  }\n"
     "}\n";
@@ -38,9 +39,14 @@ Test(codegen_f16x2, each_builtin_is_one_ptx_instruction) {
     cr_expect_gt(uses, 0, "%s", ptx);
     cr_expect_eq(tkc_test_count(ptx, "fma.rn.f16x2 %r"), uses);
     cr_expect_eq(tkc_test_count(ptx, "min.f16x2 %r"), uses);
-    cr_expect_eq(tkc_test_count(ptx, "max.f16x2 %r"), uses);
+    cr_expect_eq(tkc_test_count(ptx, "max.f16x2 %r"), 2 * uses);
     cr_expect_eq(tkc_test_count(ptx, "max.xorsign.abs.f16x2 %r"), uses);
-    cr_expect_eq(tkc_test_count(ptx, "cvt.rn.f16x2.e4m3x2 %r"), uses, "%s", ptx);
+    cr_expect_eq(tkc_test_count(ptx, "cvt.rn.f16x2.e4m3x2 %r"), 2 * uses, "%s", ptx);
+    /* the low-half converter reads `lo` of the split word, the high-half
+     * one `hi`, and neither shifts its word first */
+    cr_expect_eq(tkc_test_count(ptx, ", lo; }"), uses, "%s", ptx);
+    cr_expect_eq(tkc_test_count(ptx, ", hi; }"), uses, "%s", ptx);
+    cr_expect_eq(tkc_test_count(ptx, "shr.u32"), 0, "%s", ptx);
     /* ptxas accepts the inline assembly (its scoped .b16 registers) */
     if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) {
         char dir[] = "/tmp/test_codegen_f16x2-ptxas-XXXXXX";
@@ -66,6 +72,7 @@ Test(codegen_f16x2, wrong_argument_types_are_refused) {
     static const struct { const char *call, *message; } cases[] = {
         {"f16x2_mul(g, 1u)", "needs a u32 argument"},
         {"e4m3x2_f16x2(g)", "needs a u32 argument"},
+        {"e4m3x2_f16x2_high(g)", "needs a u32 argument"},
         {"f16x2_fma(1u, 2u)", "takes 3 arguments"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

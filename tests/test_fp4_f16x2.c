@@ -17,7 +17,10 @@
  * which must not change any code.  The packed |max| is checked against
  * fmaxf of fabsf for every pair of codes, and the gate for every sign and
  * exponent.  The finite variant (NaN-free items), the NaN flag and the
- * division-free round_sf exponent are checked the same way.
+ * division-free round_sf exponent are checked the same way.  Last, the
+ * kernel's thread layout (lane-interleaved chunks, the pair exchange of
+ * partial maxima and multipliers) is replayed thread by thread against
+ * ref_per_token_quant.
  */
 #pragma GCC optimize("fp-contract=off")
 
@@ -27,6 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fp4.h"
 #include "packed_emulation.h"
 #include "reference.h"
 
@@ -401,4 +405,270 @@ Test(fp4_f16x2, round_exponent_matches_the_division) {
             cr_log_error("a = %a: %d, division %d", (double)f32_of(bits), got, want);
     }
     cr_assert_eq(bad, 0, "%ld mismatching exponents", bad);
+}
+
+/* ---- per_token_requant's e4m3 -> FP4 path, thread by thread --------------
+ *
+ * kernels/quant_fp4.tk gives each thread four lane-interleaved chunks of
+ * 16 columns (lane c of a row's 16: columns c * 16 + 256 k of the block's
+ * 1024) and splits a pair's four groups of 32 between its two lanes,
+ * with shuffles each way; npc 16 makes every chunk a group.  This replay
+ * follows those steps (the chunk loads with zeros past the row, the input
+ * scale of each computed chunk (junk past the row: the kernel may read a
+ * packed word's padding), the pair exchange, the butterfly over 2 and 4,
+ * the division-free round_sf, the store condition, the exchange back, the
+ * gate and the three encoders) and compares the output bytes and scales
+ * with ref_per_token_quant, each scale stored exactly once. */
+
+enum { REQUANT_BK = 1024, REQUANT_LANES = 16, REQUANT_CHUNK = 16 };
+
+typedef struct requant_problem {
+    int64_t rows, cols;
+    int npc, bm_in, bk_in;
+    tk_sf_layout in_layout, out_layout;
+    bool round;
+    const uint8_t *x;
+    const unsigned char *sf_in;
+    const ref_sf_shape *in_shape, *out_shape;
+    uint8_t *out;
+    unsigned char *sf;
+    int *stores; /* per (row, group): how many lanes stored its scale */
+    long *paths; /* threads per encoder: finite, bounded, f32 */
+} requant_problem;
+
+/* One thread's state between the steps that exchange values. */
+typedef struct requant_lane {
+    uint32_t pr[32];
+    uint32_t nan_flag;
+    float chunk_max[4], s_in[4], part[4], mult[4], chunk_mult[4];
+    int64_t first[4];
+} requant_lane;
+
+/* One row t of tile bx: the row's 16 lanes, as the kernel runs them. */
+static void requant_row(const requant_problem *p, int64_t t, int64_t bx) {
+    const int g2 = p->npc == 16, ns = g2 ? 4 : 2;
+    int npc_log2 = 0;
+    while ((1 << npc_log2) < p->npc)
+        npc_log2++;
+    const int lanes_log2 = npc_log2 - 4 > 0 ? npc_log2 - 4 : 0;
+    const int64_t groups = (p->cols + p->npc - 1) / p->npc;
+    const float clamp_min = f32_of(0x01C00000u);
+    requant_lane lane[REQUANT_LANES];
+    for (int c = 0; c < REQUANT_LANES; c++) {
+        requant_lane *l = &lane[c];
+        const int64_t col = bx * REQUANT_BK + c * REQUANT_CHUNK;
+        const bool odd = !g2 && (c & 1);
+        uint8_t xe[64];
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < REQUANT_CHUNK; i++) {
+                int64_t h = col + k * 256 + i;
+                xe[k * REQUANT_CHUNK + i] = h < p->cols ? p->x[t * p->cols + h] : 0;
+            }
+        for (int j = 0; j < ns; j++) {
+            l->first[j] = col + (g2 ? j : (odd ? 2 + j : j)) * 256;
+            l->s_in[j] = l->first[j] < p->cols
+                             ? ref_sf_load(p->in_shape, p->sf_in, t / p->bm_in,
+                                           l->first[j] / p->bk_in)
+                             : INFINITY;
+        }
+        uint32_t flags[2] = {0u, 0u};
+        for (int i = 0; i < 16; i++) {
+            uint32_t word = (uint32_t)xe[4 * i] | ((uint32_t)xe[4 * i + 1] << 8) |
+                            ((uint32_t)xe[4 * i + 2] << 16) | ((uint32_t)xe[4 * i + 3] << 24);
+            l->pr[2 * i] = e4m3x2_f16x2(word & 0xFFFFu);
+            l->pr[2 * i + 1] = e4m3x2_f16x2(word >> 16);
+            flags[i % 2] = fp4_f16x2_nan_flag(fp4_f16x2_nan_flag(flags[i % 2], l->pr[2 * i]),
+                                              l->pr[2 * i + 1]);
+        }
+        l->nan_flag = fp4_f16x2_nan_flag(flags[0], flags[1]);
+        for (int k = 0; k < 4; k++) {
+            uint32_t hi = 0u, lo = 0u;
+            for (int i = 0; i < 8; i++) {
+                hi = f16x2_max(hi, l->pr[8 * k + i]);
+                lo = f16x2_min(lo, l->pr[8 * k + i]);
+            }
+            l->chunk_max[k] = fp4_f16x2_amax(hi, lo);
+        }
+    }
+    /* the pair exchange: what each lane sends is read by its partner */
+    for (int c = 0; c < REQUANT_LANES; c++)
+        for (int j = 0; j < ns; j++) {
+            const requant_lane *l = &lane[c], *partner = &lane[c ^ 1];
+            const bool odd = c & 1, partner_odd = !odd;
+            if (g2) {
+                lane[c].part[j] = l->chunk_max[j] * l->s_in[j];
+            } else {
+                float mine = odd ? l->chunk_max[2 + j] : l->chunk_max[j];
+                float other = partner_odd ? partner->chunk_max[j] : partner->chunk_max[2 + j];
+                lane[c].part[j] = fmaxf(mine, other) * l->s_in[j];
+            }
+        }
+    for (int mask = 4; mask >= 2; mask /= 2) {
+        if (lanes_log2 < (mask == 4 ? 3 : 2))
+            continue;
+        float before[REQUANT_LANES][4];
+        for (int c = 0; c < REQUANT_LANES; c++)
+            memcpy(before[c], lane[c].part, sizeof before[c]);
+        for (int c = 0; c < REQUANT_LANES; c++)
+            for (int j = 0; j < ns; j++)
+                lane[c].part[j] = fmaxf(before[c][j], before[c ^ mask][j]);
+    }
+    for (int c = 0; c < REQUANT_LANES; c++) {
+        requant_lane *l = &lane[c];
+        for (int j = 0; j < ns; j++) {
+            float a = l->part[j], inv, sf;
+            float clamped = fmaxf(a, clamp_min);
+            if (p->round && bits_of(clamped) < 0x7F800000u) {
+                int32_t n = fp4_round_exponent(clamped);
+                inv = f32_of((uint32_t)(127 - n) << 23);
+                sf = f32_of((uint32_t)(127 + n) << 23);
+            } else {
+                ref_scale s = ref_quant_scale(a, 6.0f, clamp_min, p->round);
+                inv = s.inv;
+                sf = s.sf;
+            }
+            l->mult[j] = l->s_in[j] * inv;
+            int64_t group = l->first[j] >> npc_log2;
+            if ((l->first[j] & (p->npc - 1)) < 32 && group < groups) {
+                ref_scale stored = {sf, inv, (uint8_t)(bits_of(sf) >> 23)};
+                ref_sf_store(p->out_shape, p->sf, t, group, stored);
+                p->stores[t * groups + group]++;
+            }
+        }
+    }
+    for (int c = 0; c < REQUANT_LANES; c++) {
+        requant_lane *l = &lane[c];
+        const bool odd = !g2 && (c & 1);
+        for (int j = 0; j < ns; j++) {
+            if (g2) {
+                l->chunk_mult[j] = l->mult[j];
+            } else {
+                float back = lane[c ^ 1].mult[j];
+                l->chunk_mult[j] = odd ? back : l->mult[j];
+                l->chunk_mult[2 + j] = odd ? l->mult[j] : back;
+            }
+        }
+    }
+    for (int c = 0; c < REQUANT_LANES; c++) {
+        const requant_lane *l = &lane[c];
+        const int64_t col = bx * REQUANT_BK + c * REQUANT_CHUNK;
+        bool fast = true;
+        for (int k = 0; k < 4; k++)
+            fast = fast && fp4_f16_multiplier(l->chunk_mult[k]);
+        uint32_t q[8];
+        for (int i = 0; i < 8; i++) {
+            const uint32_t *pr = &l->pr[4 * i];
+            float m = l->chunk_mult[i / 2];
+            if (i == 0)
+                p->paths[fast ? (l->nan_flag == 0u ? 0 : 1) : 2]++;
+            if (fast && l->nan_flag == 0u) {
+                q[i] = fp4_pack8_f16x2_finite(pr[0], pr[1], pr[2], pr[3], fp4_f16x2_splat(m));
+            } else if (fast) {
+                q[i] = fp4_pack8_f16x2_bounded(pr[0], pr[1], pr[2], pr[3], fp4_f16x2_splat(m));
+            } else {
+                q[i] = 0u;
+                for (int b = 0; b < 4; b++) {
+                    float low = f32_of_f16((uint16_t)pr[b]) * m;
+                    float high = f32_of_f16((uint16_t)(pr[b] >> 16)) * m;
+                    q[i] |= (uint32_t)(ref_e2m1_from_f32(low) | (ref_e2m1_from_f32(high) << 4))
+                            << (8 * b);
+                }
+            }
+        }
+        for (int k = 0; k < 4; k++) {
+            int64_t h = col + k * 256;
+            if (h >= p->cols)
+                continue;
+            for (int b = 0; b < 8; b++)
+                p->out[t * (p->cols / 2) + h / 2 + b] =
+                    (uint8_t)(q[2 * k + b / 4] >> (8 * (b % 4)));
+        }
+    }
+}
+
+Test(fp4_f16x2, requant_lane_layout_replay_matches_the_reference) {
+    enum { ROWS = 5, MAX_COLS = 2112 };
+    static const int64_t COLS[] = {1088, 2112, 1024};
+    static const int NPC[] = {16, 32, 64, 128};
+    static const int BLOCKS[][2] = {{128, 128}, {2, 32}, {1, 64}};
+    static const tk_sf_layout IN_LAYOUTS[] = {TK_SF_PACKED_UE8M0, TK_SF_ROW_MAJOR,
+                                              TK_SF_COL_MAJOR};
+    static uint8_t x[ROWS * MAX_COLS], got[ROWS * MAX_COLS / 2], want[ROWS * MAX_COLS / 2];
+    static unsigned char sf_in[1 << 16], got_sf[1 << 16], want_sf[1 << 16];
+    static int stores[ROWS * MAX_COLS / 16];
+    long cases = 0, paths[3] = {0, 0, 0};
+    for (size_t ci = 0; ci < sizeof COLS / sizeof COLS[0]; ci++)
+        for (size_t ni = 0; ni < 4; ni++)
+            for (size_t bi = 0; bi < 3; bi++)
+                for (size_t li = 0; li < 3; li++)
+                    for (int round = 0; round < 2; round++) {
+                        int64_t cols = COLS[ci];
+                        int npc = NPC[ni];
+                        uint64_t seed = 77 + cases;
+                        ref_fill_rand_e4m3(x, ROWS * cols, seed);
+                        /* a few NaNs (the bounded encoder) and zero runs */
+                        ref_rng rng = ref_rng_seed(seed, 3);
+                        for (int i = 0; i < 6; i++)
+                            x[ref_rng_next(&rng) % (uint64_t)(ROWS * cols)] =
+                                (i & 1) ? 0xFFu : 0x7Fu;
+                        memset(x + cols + 64, 0, 96);
+                        ref_sf_shape in_shape, out_shape;
+                        tk_sf_layout out_layout = IN_LAYOUTS[li] == TK_SF_PACKED_UE8M0 && round
+                                                      ? TK_SF_PACKED_UE8M0
+                                                      : TK_SF_ROW_MAJOR;
+                        cr_assert(ref_sf_shape_of(ROWS, cols, BLOCKS[bi][0], BLOCKS[bi][1],
+                                                  IN_LAYOUTS[li], &in_shape));
+                        cr_assert(ref_sf_shape_of(ROWS, cols, 1, npc, out_layout, &out_shape));
+                        cr_assert(in_shape.bytes <= sizeof sf_in &&
+                                  out_shape.bytes <= sizeof got_sf);
+                        memset(sf_in, 0, in_shape.bytes);
+                        for (int64_t i = 0; i < in_shape.nbm; i++)
+                            for (int64_t k = 0; k < in_shape.nbk; k++) {
+                                /* powers of two 2^-20..2^19 (the f16 path, or
+                                 * past it), and other f32 scales (the f32
+                                 * path) in the column-major layout */
+                                int e = (int)(ref_rng_next(&rng) % 40) - 20;
+                                ref_scale s = {ldexpf(1.0f, e), 0.0f, (uint8_t)(127 + e)};
+                                if (IN_LAYOUTS[li] == TK_SF_COL_MAJOR)
+                                    s.sf *= 1.0f + ref_rng_uniform(&rng);
+                                ref_sf_store(&in_shape, sf_in, i, k, s);
+                            }
+                        memset(got, 0xA5, (size_t)(ROWS * cols / 2));
+                        memset(got_sf, 0xA5, out_shape.bytes);
+                        memset(want_sf, 0xA5, out_shape.bytes);
+                        int64_t groups = (cols + npc - 1) / npc;
+                        memset(stores, 0, sizeof stores);
+                        requant_problem p = {ROWS, cols, npc, BLOCKS[bi][0], BLOCKS[bi][1],
+                                             IN_LAYOUTS[li], out_layout, round, x, sf_in,
+                                             &in_shape, &out_shape, got, got_sf, stores, paths};
+                        for (int64_t t = 0; t < ROWS; t++)
+                            for (int64_t bx = 0; bx * REQUANT_BK < cols; bx++)
+                                requant_row(&p, t, bx);
+                        ref_quant_input in = {x, TK_E4M3, cols, sf_in, IN_LAYOUTS[li],
+                                              BLOCKS[bi][0], BLOCKS[bi][1]};
+                        cr_assert(ref_per_token_quant(&in, ROWS, cols, npc, TK_E2M1, round,
+                                                      out_layout, NULL, want, want_sf));
+                        for (int64_t i = 0; i < ROWS * groups; i++)
+                            cr_assert_eq(stores[i], 1, "cols %ld npc %d: group %ld stored %d times",
+                                         (long)cols, npc, (long)i, stores[i]);
+                        for (int64_t i = 0; i < ROWS * cols / 2; i++)
+                            cr_assert_eq(got[i], want[i],
+                                         "cols %ld npc %d block %dx%d layout %d round %d: "
+                                         "byte %ld 0x%02x, reference 0x%02x",
+                                         (long)cols, npc, BLOCKS[bi][0], BLOCKS[bi][1], (int)li,
+                                         round, (long)i, got[i], want[i]);
+                        for (int64_t t = 0; t < ROWS; t++)
+                            for (int64_t g = 0; g < groups; g++) {
+                                size_t at = ref_sf_offset(&out_shape, t, g);
+                                cr_assert_eq(memcmp(got_sf + at, want_sf + at,
+                                                    ref_sf_entry_bytes(&out_shape)),
+                                             0, "cols %ld npc %d: scale (%ld, %ld)", (long)cols,
+                                             npc, (long)t, (long)g);
+                            }
+                        cases++;
+                    }
+    cr_assert_eq(cases, 3 * 4 * 3 * 3 * 2);
+    /* every encoder ran */
+    cr_assert(paths[0] > 0 && paths[1] > 0 && paths[2] > 0, "paths %ld %ld %ld", paths[0],
+              paths[1], paths[2]);
 }

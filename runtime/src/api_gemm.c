@@ -119,8 +119,14 @@ static const struct {
     {TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH,
      "gemm_fp8_blockscaled_persistent_store_prefetch__default", NULL,
      tkl_gemm_fp8_blockscaled_persistent_store_prefetch__default},
-    {TK__GEMM_FP8_PERSISTENT_STORE_SINGLE, "gemm_fp8_blockscaled_persistent_store_single__default",
-     NULL, tkl_gemm_fp8_blockscaled_persistent_store_single__default},
+    {TK__GEMM_FP8_PERSISTENT_STORE_N192, "gemm_fp8_blockscaled_persistent_store_n192__default",
+     NULL, tkl_gemm_fp8_blockscaled_persistent_store_n192__default},
+    {TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH_BAND8,
+     "gemm_fp8_blockscaled_persistent_store_prefetch__band8", NULL,
+     tkl_gemm_fp8_blockscaled_persistent_store_prefetch__band8},
+    {TK__GEMM_FP8_PERSISTENT_STORE_N192_HALVES,
+     "gemm_fp8_blockscaled_persistent_store_n192_halves__default", NULL,
+     tkl_gemm_fp8_blockscaled_persistent_store_n192_halves__default},
 };
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))

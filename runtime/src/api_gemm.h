@@ -45,7 +45,10 @@ typedef enum tk__gemm_variant {
     TK__GEMM_FP8_WIDE_PERSISTENT_STORE = 27, /* 256 x 128, bands of 8, 3 stages + tile */
     /* experiments on the 128 x 128 one (same tile walk and epilogue) */
     TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH = 28, /* B scales loaded one step ahead */
-    TK__GEMM_FP8_PERSISTENT_STORE_SINGLE = 29    /* one K block per step, 6 stages */
+    /* (29, one K block per step at 128 x 128, was slower and is gone) */
+    TK__GEMM_FP8_PERSISTENT_STORE_N192 = 30, /* 128 x 192, one K block per step, 4 stages */
+    TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH_BAND8 = 31, /* 28 in bands of 8 tile rows */
+    TK__GEMM_FP8_PERSISTENT_STORE_N192_HALVES = 32 /* 128 x 192, column halves overlapped */
 } tk__gemm_variant;
 
 /* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)
