@@ -46,15 +46,7 @@
 #define DEFAULT_ITERS 100
 #define INPUT_SEED 20240601
 
-/* BENCH_CAST_BACK_CS: a cast_back row that launches the st.global.cs
- * instance of the kernel tk_cast_back picks (cast_back__f32_1x128_cs)
- * directly, the A/B partner of the row before it. */
-typedef enum bench_kind {
-    BENCH_TRANSPOSE,
-    BENCH_PER_TOKEN_CAST,
-    BENCH_CAST_BACK,
-    BENCH_CAST_BACK_CS
-} bench_kind;
+typedef enum bench_kind { BENCH_TRANSPOSE, BENCH_PER_TOKEN_CAST, BENCH_CAST_BACK } bench_kind;
 
 /* One benchmark row.  For transposes rows x cols is each batch's input;
  * for casts (rows, cols) is (tokens, hidden). */
@@ -68,13 +60,6 @@ typedef struct bench {
     bool round_sf;
     tk_sf_layout layout;
 } bench;
-
-/* The streaming-store instance of kernels/cast.tk's cast_back (its
- * launcher lives in libtk; tk_kernels.h is not on tkbench's include
- * path).  It takes the tensors tk_cast_back passes for f32 row-major
- * scales. */
-tk_status tkl_cast_back__f32_1x128_cs(const tk_tensor *x, const tk_tensor *sf,
-                                      const tk_tensor *out, tk_stream stream);
 
 /* TileKernels' benchmark shapes (perf-anchors.md); the per_token_cast
  * with packed UE8M0 scales is the headline. */
@@ -98,8 +83,6 @@ static const bench BENCHES[] = {
     {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_BF16, 1, 8001, 7168, false, 1, 128, true,
      TK_SF_PACKED_UE8M0},
     {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_F32, 1, 8001, 7168, false, 1, 128, true,
-     TK_SF_ROW_MAJOR},
-    {"cast_back", BENCH_CAST_BACK_CS, TK_E4M3, TK_F32, 1, 8001, 7168, false, 1, 128, true,
      TK_SF_ROW_MAJOR},
 };
 #define NUM_BENCHES (sizeof BENCHES / sizeof BENCHES[0])
@@ -264,8 +247,6 @@ static tk_status launch(const bench_buffers *buf) {
     tk_tensor out = tensor_nd(buf->out, b->out_dtype, 2, shape, strides);
     if (b->kind == BENCH_PER_TOKEN_CAST)
         return tk_per_token_cast(&x, b->block_k, b->round_sf, b->layout, &out, &sf, NULL);
-    if (b->kind == BENCH_CAST_BACK_CS)
-        return tkl_cast_back__f32_1x128_cs(&x, &sf, &out, NULL);
     return tk_cast_back(&x, &sf, b->block_m, b->block_k, &out, NULL);
 }
 
@@ -322,7 +303,6 @@ static bool compute_reference(const bench_buffers *buf, void *want_sf) {
                                        b->block_k, b->round_sf, b->layout, buf->host_want,
                                        want_sf);
     case BENCH_CAST_BACK:
-    case BENCH_CAST_BACK_CS:
         return ref_cast_back_e4m3(buf->host_x, b->rows, b->cols, buf->host_sf, b->layout,
                                   b->block_m, b->block_k, b->out_dtype, buf->host_want);
     }
@@ -382,9 +362,9 @@ static void describe(const bench *b, result *r) {
         snprintf(r->config, sizeof r->config, "%s", dtype_name(b->in_dtype));
     } else {
         snprintf(r->shape, sizeof r->shape, "%ldx%ld", (long)b->rows, (long)b->cols);
-        snprintf(r->config, sizeof r->config, "%s->%s %dx%d %s%s%s", dtype_name(b->in_dtype),
+        snprintf(r->config, sizeof r->config, "%s->%s %dx%d %s%s", dtype_name(b->in_dtype),
                  dtype_name(b->out_dtype), b->block_m, b->block_k, layout_name(b->layout),
-                 b->round_sf ? " round" : "", b->kind == BENCH_CAST_BACK_CS ? ", stores .cs" : "");
+                 b->round_sf ? " round" : "");
     }
     snprintf(r->label, sizeof r->label, "%s %s %s", b->name, r->shape, r->config);
     r->kernel = b->name;
@@ -498,7 +478,7 @@ static bool run_bench(bench_context *ctx, const bench *b, result *r) {
     r->detail[0] = 0;
     bool ok = alloc_buffers(ctx, &buf) && make_inputs(&buf) &&
               CU(ctx, cuMemcpyHtoD(buf.x, buf.host_x, buf.x_bytes));
-    if (ok && (b->kind == BENCH_CAST_BACK || b->kind == BENCH_CAST_BACK_CS))
+    if (ok && b->kind == BENCH_CAST_BACK)
         ok = CU(ctx, cuMemcpyHtoD(buf.sf, buf.host_sf, buf.sf_bytes ? buf.sf_bytes : 1));
     /* poison the outputs so an unwritten element fails the check */
     if (ok)

@@ -1,7 +1,8 @@
 /*
- * codegen_cache.c -- global loads and stores under a kernel's cache hint
- * (launch ... with(load_cache = C, store_cache = C), Kernel.load_cache /
- * store_cache; docs/language.md).
+ * codegen_cache.c -- global loads and stores under a cache hint: the
+ * tensor's own (`x: tensor<...>[...] cache(C)`, Buffer.cache_hint) or else
+ * the kernel's (launch ... with(load_cache = C, store_cache = C),
+ * Kernel.load_cache / store_cache); docs/language.md.
  *
  * LLVM 22's NVPTX back end has no way to put a cache operator or an L2
  * policy on an ordinary load or store (it ignores !nontemporal), so a
@@ -111,7 +112,7 @@ static LLVMTypeRef piece_element(Codegen *cg, unsigned piece) {
 
 bool cg_cached_store(Codegen *cg, const Buffer *b, LLVMValueRef value, LLVMValueRef address,
                      unsigned alignment) {
-    CacheHint hint = cg->kernel->store_cache;
+    CacheHint hint = b->has_cache_hint ? b->cache_hint : cg->kernel->store_cache;
     if (b->scope != SCOPE_GLOBAL || hint == CACHE_DEFAULT) return false;
     unsigned bytes = type_bits(LLVMTypeOf(value)) / 8;
     unsigned piece = piece_bytes(bytes, alignment);
@@ -172,7 +173,7 @@ bool cg_cached_store(Codegen *cg, const Buffer *b, LLVMValueRef value, LLVMValue
 
 LLVMValueRef cg_cached_load(Codegen *cg, const Buffer *b, LLVMTypeRef type,
                             LLVMValueRef address, unsigned alignment) {
-    CacheHint hint = cg->kernel->load_cache;
+    CacheHint hint = b->has_cache_hint ? b->cache_hint : cg->kernel->load_cache;
     if (b->scope != SCOPE_GLOBAL || hint == CACHE_DEFAULT) return NULL;
     unsigned bytes = type_bits(type) / 8;
     unsigned piece = piece_bytes(bytes, alignment);

@@ -98,8 +98,8 @@ LLVMValueRef cg_from_memory(Codegen *cg, LLVMValueRef v, DType t);
 LLVMValueRef cg_load(Codegen *cg, const Expr *e);
 void cg_store(Codegen *cg, const Stmt *s);
 
-/* codegen_cache.c: a load or store of a global tensor under the kernel's
- * load_cache / store_cache hint, as inline PTX.  cg_cached_store returns
+/* codegen_cache.c: a load or store of a global tensor under its own
+ * cache(P) or the kernel's load_cache / store_cache hint, as inline PTX.  cg_cached_store returns
  * false (and emits nothing) when the access takes no hint;
  * cg_cached_load returns the loaded value of `type`, or NULL. */
 bool cg_cached_store(Codegen *cg, const Buffer *b, LLVMValueRef value, LLVMValueRef address,

@@ -569,6 +569,8 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
     case INTR_F16X2_MAX: return b32_asm(cg, e, "max.f16x2 $0, $1, $2;");
     case INTR_F16X2_MAX_XORSIGN_ABS:
         return b32_asm(cg, e, "max.xorsign.abs.f16x2 $0, $1, $2;");
+    /* ptxas folds it into a later HFMA2's operand as |R| */
+    case INTR_F16X2_ABS: return b32_asm(cg, e, "abs.f16x2 $0, $1;");
     case INTR_E4M3X2_F16X2:
         /* the instruction reads a 16-bit register: the word's low half */
         return b32_asm(cg, e, "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; "

@@ -1,24 +1,11 @@
 /*
- * ir.h -- the one header of the tkc compiler.
- *
- * tkc turns a .tk module into one cubin.  The front end (lang/) parses and
- * checks the source, then lower_ast.c instantiates every kernel instance into
- * the IR defined here.  The IR is structured (a tree of statements over
- * expression trees, in the spirit of TVM's TIR) rather than a CFG: tile
- * passes want loops and regions, and LLVM builds the SSA form for us at the
- * end.  Every pass is a function Kernel -> Kernel that rewrites the tree in
- * place, in the kernel's arena.
- *
- * Stages (see pipeline.c):
- *   tile level    PARALLEL loops, COPY / FILL / REDUCE tile statements,
- *                 fragments with no layout yet.
- *   thread level  after lower_parallel: only per-thread statements; fragments
- *                 have become LOCAL arrays; every loop is SERIAL, UNROLLED or
- *                 VECTORIZED.
- *   vector level  after vectorize: expressions may have lanes > 1.
- *
- * Sections below are owned by the file named in their banner.  A function's
- * home is the banner it is declared under.
+ * ir.h -- the one header of the tkc compiler: the structured IR (a tree of
+ * statements over expression trees) that lang/ lowers every kernel
+ * instance into, and the passes, analyses and back end over it.  Each pass
+ * rewrites a Kernel in place (tile level -> thread level -> vector level).
+ * The meaning of the structures: docs/ir.md section 10; their text form:
+ * the rest of docs/ir.md.  Sections below are owned by the file named in
+ * their banner; a function's home is the banner it is declared under.
  */
 #ifndef TKC_IR_H
 #define TKC_IR_H
@@ -219,6 +206,7 @@ typedef enum {
     X(F16X2_MIN, "f16x2_min", 2, INTR_PURE)     /* min.f16x2: NaN-dropping */ \
     X(F16X2_MAX, "f16x2_max", 2, INTR_PURE)     /* max.f16x2: NaN-dropping */ \
     X(F16X2_MAX_XORSIGN_ABS, "f16x2_max_xorsign_abs", 2, INTR_PURE)          \
+    X(F16X2_ABS, "f16x2_abs", 1, INTR_PURE)     /* abs.f16x2: signs cleared */ \
     /* the two e4m3 bytes in bits 0..15 -> f16x2 (exact): cvt.rn.f16x2.e4m3x2 */ \
     X(E4M3X2_F16X2, "e4m3x2_f16x2", 1, INTR_PURE)                           \
     /* the same of bits 16..31 (the .H1 operand, no shift) */                \
@@ -295,17 +283,13 @@ struct Expr {
 /* ir.c : variables and buffers                                           */
 /* ===================================================================== */
 
-/* VAR_SYMBOL: a run-time dimension or stride of a tensor parameter, bound
- *   by the launcher from the tensor descriptor (always i32 in the kernel;
- *   the runtime rejects tensors whose element offsets overflow int32).
- * VAR_SCALAR: a scalar kernel parameter.
- * VAR_LET:    immutable, defined once by STMT_LET.
- * VAR_MUTABLE: declared by STMT_LET with mutable=true, updated by
- *   STMT_ASSIGN.  Per-thread.
- * VAR_LOOP:   induction variable of a FOR or PARALLEL loop.
- * VAR_BLOCK:  blockIdx.x/y/z named by the launch statement. */
 typedef enum {
-    VAR_SYMBOL, VAR_SCALAR, VAR_LET, VAR_MUTABLE, VAR_LOOP, VAR_BLOCK
+    VAR_SYMBOL,  /* run-time tensor dimension or stride (i32; docs/ir.md 10) */
+    VAR_SCALAR,  /* a scalar kernel parameter */
+    VAR_LET,     /* immutable, defined once by STMT_LET */
+    VAR_MUTABLE, /* STMT_LET with mutable = true, updated by STMT_ASSIGN */
+    VAR_LOOP,    /* induction variable of a FOR or PARALLEL loop */
+    VAR_BLOCK    /* blockIdx.x/y/z named by the launch statement */
 } VarKind;
 
 struct Var {
@@ -323,33 +307,15 @@ typedef enum {
     SCOPE_LOCAL     /* per-thread array (registers or local memory) */
 } Scope;
 
-/* A fragment layout, chosen by infer_layouts.  The logical tile of shape
- * extent[0..rank) is flattened row-major and cut into chunks of `vec`
- * consecutive elements (vec divides extent[rank-1]).  Chunk c belongs to
- * thread c % threads, in slot c / threads; a thread therefore owns
- * `slots * vec` elements, stored in its LOCAL array at index slot*vec+lane.
- * Threads whose last slot is past the end simply skip it (guard).
- *
- * A layout with reduced=true describes the result of REDUCE over the last
- * dimension of a parent tile layout (parent_extent, same threads/vec):
- * each parent chunk yields one result element, so the result has shape
- * parent_extent[0..rank-1) and is stored at local index `slot`.
- * `group` = parent_extent[last] / vec consecutive chunks (= consecutive
- * threads, since group divides threads and 32) share one result element:
- * every one of them holds a copy (replication).  Replica 0 is the thread
- * with (c % group) == 0. */
+/* A fragment layout, chosen by infer_layouts: which thread holds which
+ * element of a tile in which slot of its LOCAL array (the formulas:
+ * docs/ir.md section 10). */
 typedef enum {
-    LAYOUT_CHUNKED, /* chunks of `vec` dealt round-robin (above) */
-    LAYOUT_MMA      /* the wgmma accumulator / A-register layout (below) */
+    LAYOUT_CHUNKED, /* chunks of `vec` dealt round-robin; or, reduced, the
+                       result of a last-dim REDUCE of a parent layout */
+    LAYOUT_MMA      /* the wgmma accumulator / A-register layout */
 } LayoutKind;
 
-/* LAYOUT_MMA (docs/hopper.md section 4): a rank-2 tile [M, N] held the way
- * wgmma holds an m64nN f32 accumulator (and, with N = K, a 16-bit A operand
- * in registers).  M is cut into 64-row atoms; atom a belongs to warpgroup
- * a % warpgroups, in m-slot a / warpgroups.  Within an atom, row r and
- * column j live in thread 128*wg + 32*(r/16) + 4*(r%8) + (j%8)/2 at local
- * index  mslot*(N/2) + (j/8)*4 + ((r%16)/8)*2 + j%2.  threads =
- * 128*warpgroups; slots = M/(64*warpgroups) m-slots, N/2 elements each. */
 typedef struct Layout {
     LayoutKind kind;
     int rank;                          /* rank of the tile itself */
@@ -364,6 +330,18 @@ typedef struct Layout {
     int warpgroups;                    /* MMA: warpgroups along M */
 } Layout;
 
+/* Cache policy of global loads or stores (launch ... with(load_cache = C,
+ * store_cache = C), a tensor's cache(C); docs/language.md): the default
+ * caching, .cs (evict-first in L1 and L2), or an L2::cache_hint policy. */
+#define IR_CACHE_HINTS(X) X(DEFAULT, "default") X(STREAMING, "streaming") \
+    X(EVICT_FIRST, "evict_first") X(EVICT_LAST, "evict_last")
+typedef enum {
+#define X(e, text) CACHE_##e,
+    IR_CACHE_HINTS(X)
+#undef X
+        CACHE_COUNT
+} CacheHint;
+
 struct Buffer {
     const char *name;
     DType dtype;
@@ -373,40 +351,22 @@ struct Buffer {
     Expr *strides[IR_MAX_RANK]; /* GLOBAL: in elements; NULL otherwise */
     int param_index;            /* GLOBAL: index in Kernel.params */
     Layout *layout;             /* FRAGMENT: set by infer_layouts */
-    /* SHARED, set by plan_shared: byte offset in the block's shared
-     * array, row pitch in elements (>= shape[rank-1]; padding; keeps every
-     * row 16-byte aligned when a row is at least 16 bytes) and the XOR
-     * swizzle.  Element [i0, .., in-1] lives at linear byte offset
-     *   off = ((i0*shape[1] + ..)*pitch + in-1) * element_bytes
-     * (leading dims flattened into the row index), and, when
-     * swizzle_shift >= 0, at physical offset
-     *   off ^ (((off >> (7 + swizzle_shift)) & 7) << 4)
-     * i.e. bits 4..6 (the 16-byte chunk within a 128-byte line) are XORed
-     * with three higher bits.  A 16-byte aligned vector of <= 16 bytes thus
-     * stays contiguous.  -1 means no swizzle. */
-    int64_t shared_offset;
-    int64_t pitch;
-    int swizzle_shift;
+    /* SHARED, set by plan_shared (the address formula: docs/ir.md 10) */
+    int64_t shared_offset;      /* byte offset in the block's shared array */
+    int64_t pitch;              /* row pitch in elements, >= shape[rank-1] */
+    int swizzle_shift;          /* XOR swizzle; -1 = none */
     const char *plan_note;      /* SHARED: plan_shared's choice and the
                                    simulated wavefronts of every access,
                                    for dumps (ir_print may show it as a
                                    comment); NULL before plan_shared */
     bool read_only;             /* GLOBAL: never stored to (ld.global.nc) */
-    /* SHARED, set by lower_tma / lower_gemm / pipeline_loops for the
-     * buffers the async units (TMA, wgmma) touch; plan_shared obeys it:
-     *   SHARED_ASYNC_NONE      plan_shared chooses freely;
-     *   SHARED_ASYNC_PLAIN     pitch = shape[last] (dense rows), no
-     *                          swizzle, base aligned to 128 bytes;
-     *   SHARED_ASYNC_SWIZZLE128 pitch = shape[last] and each row exactly
-     *                          128 bytes, swizzle_shift 0 (the TMA/wgmma
-     *                          128-byte swizzle: 16-byte chunk c of row r
-     *                          at chunk c ^ (r % 8)), base aligned to 1024;
-     *   SHARED_ASYNC_MBARRIER  u64 mbarrier objects, 8-byte aligned. */
+    bool has_cache_hint;        /* GLOBAL: cache_hint replaces the launch's */
+    CacheHint cache_hint;       /*   load_cache / store_cache (`cache(P)`)  */
+    /* SHARED: the constraint the async units (TMA, wgmma) put on
+     * plan_shared, SHARED_ASYNC_* (docs/ir.md 10) */
     int async_kind;
-    /* SHARED: true when every cross-thread ordering of this buffer is
-     * carried by mbarriers (pipeline_loops, lower_tma): insert_barriers
-     * leaves it alone. */
-    bool mbarrier_synchronized;
+    bool mbarrier_synchronized; /* SHARED: ordered by mbarriers only
+                                   (insert_barriers leaves it alone) */
     Loc loc;
 };
 enum { SHARED_ASYNC_NONE, SHARED_ASYNC_PLAIN, SHARED_ASYNC_SWIZZLE128,
@@ -458,17 +418,6 @@ typedef enum {
  * AUTO lets the compiler decide, OFF forbids, ON forces (an error when
  * the copy or kernel cannot use it). */
 typedef enum { HINT_AUTO, HINT_OFF, HINT_ON } Hint;
-/* Cache policy of a kernel's global loads or stores (launch ... with(
- * load_cache = C, store_cache = C); docs/language.md): the default
- * caching, .cs (evict-first in L1 and L2), or an L2::cache_hint policy. */
-#define IR_CACHE_HINTS(X) X(DEFAULT, "default") X(STREAMING, "streaming") \
-    X(EVICT_FIRST, "evict_first") X(EVICT_LAST, "evict_last")
-typedef enum {
-#define X(e, text) CACHE_##e,
-    IR_CACHE_HINTS(X)
-#undef X
-        CACHE_COUNT
-} CacheHint;
 
 /* Roles of a PIPELINED loop (set by warp_specialize; docs/hopper.md 3). */
 #define IR_PIPE_ROLES(X)                                                     \
@@ -615,43 +564,24 @@ struct Stmt {
             atomic;
         struct { Expr *value; } eval;
         struct { Expr *cond; const char *message; } assert_;
-        /* C[M,N] (+)= op(A) op(B), f32 (or f16) accumulation into the
-         * fragment C.  A is [M,K] ([K,M] when transpose_a), in shared
-         * memory or a fragment; B is [K,N] ([N,K] when transpose_b) in
-         * shared memory.  Regions may drop leading dims (extent 0), e.g.
-         * a stage of a multi-versioned buffer.  clear: C = A*B.
-         * wait: the wgmma groups (0..7) left in flight after this gemm's
-         * commit (`wgmma_wait wait`); 0 = C is complete afterwards, 1 =
-         * this gemm's group may still run (a later gemm with wait 1 or a
-         * `wgmma_wait 0` fence completes it). */
+        /* C[M,N] (+)= op(A) op(B) into the fragment C; wait: wgmma
+         * groups left in flight after it (docs/ir.md 10) */
         struct { Region a, b; Buffer *c; bool transpose_a, transpose_b,
                  clear; int wait; } gemm;
         /* bar: one element of a SHARED_ASYNC_MBARRIER buffer (extent 0
          * on every dim); value per IR_MBARRIER_OPS. */
         struct { MbarrierOp op; Region bar; Expr *value; } mbarrier;
-        /* One bulk tensor copy of a box (smem region extents, row-major;
-         * the tensor map's box) between global memory, described by
-         * Kernel.tensor_maps[tensor_map], and shared memory.  coords: the
-         * box origin in global elements, outermost first (rank of the
-         * tensor map).  Loads complete on `bar` (transaction bytes counted
-         * by an EXPECT_TX on it); stores are bulk-group tracked. */
+        /* One bulk tensor copy of a box between global memory
+         * (Kernel.tensor_maps[tensor_map]) and shared memory; coords: the
+         * box origin, outermost first (docs/ir.md 10) */
         struct { bool store; Region smem; int tensor_map;
                  Expr *coords[IR_MAX_RANK]; Region bar;
-                 int multicast;     /* > 1: loads slice %cluster_ctarank of
-                                       the box (smem, coords) along global
-                                       dim multicast_dim into every CTA of
-                                       the cluster, completing on `bar` in
-                                       each; the tensor map's box is the
-                                       slice.  0 = a local copy */
+                 int multicast;     /* > 1: a slice to every CTA of the
+                                       cluster; 0 = a local copy */
                  int multicast_dim; } tma;
-        /* One wgmma.mma_async m64nNkK for one warpgroup.  a: shared
-         * region origin of the 64 x K A slice (or, when a.buffer is LOCAL,
-         * a.start[0] is the first of the K/2*... A registers; see
-         * docs/hopper.md 5), b: shared region origin of the N x K (or
-         * K x N) B slice.  acc: the LOCAL accumulator array, registers
-         * [acc_offset, acc_offset + n/2).  scale_d: bool, false = ignore
-         * the accumulator's old value.  Descriptors are computed by
-         * codegen from the planned shared layout. */
+        /* One wgmma.mma_async m64nNkK for one warpgroup: A and B
+         * origins, acc registers [acc_offset, acc_offset + n/2); scale_d
+         * false ignores acc's old value (docs/ir.md 10) */
         struct { Region a, b; Buffer *acc; int64_t acc_offset;
                  int m, n, k; DType ab_dtype, acc_dtype;
                  bool transpose_a, transpose_b; Expr *scale_d; } wgmma;

@@ -106,8 +106,10 @@ static bool scope_from_name(const char *name, Scope *out)
     return false;
 }
 
+static CacheHint parse_cache_hint(Parser *p);
+
 /* bufferdecl = BUFFER ':' scope dtype dims ['strides' dims] ['readonly']
- *              [layout] ['plain' | 'swizzle128' | 'mbarrier']
+ *              ['cache' cachehint] [layout] ['plain' | 'swizzle128' | 'mbarrier']
  *              ['synchronized'] ['offset' int] ['pitch' int]
  *              ['swizzle' int] */
 Buffer *ir_parse_buffer_decl(Parser *p)
@@ -143,6 +145,10 @@ Buffer *ir_parse_buffer_decl(Parser *p)
     }
     if (accept_word(p, "readonly"))
         b->read_only = true;
+    if (accept_word(p, "cache")) {
+        b->has_cache_hint = true;
+        b->cache_hint = parse_cache_hint(p);
+    }
     if (is_word(peek(p), "layout"))
         b->layout = ir_parse_layout(p);
     for (int kind = SHARED_ASYNC_PLAIN; kind <= SHARED_ASYNC_MBARRIER; kind++)

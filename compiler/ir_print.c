@@ -491,6 +491,10 @@ void ir_print_buffer_decl(FILE *out, const Buffer *b)
     }
     if (b->read_only)
         fputs(" readonly", out);
+    if (b->has_cache_hint)
+        fprintf(out, " cache %s",
+                (unsigned)b->cache_hint < CACHE_COUNT ? ir_cache_hint_name(b->cache_hint)
+                                                      : "<bad>");
     if (b->layout) {
         fputc(' ', out);
         ir_print_layout(out, b->layout);

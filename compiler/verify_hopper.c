@@ -460,6 +460,13 @@ void verify_kernel_hopper(Verifier *v)
     if ((unsigned)k->load_cache >= CACHE_COUNT || (unsigned)k->store_cache >= CACHE_COUNT)
         verify_report(v, loc, "bad cache hints (load %d, store %d)", (int)k->load_cache,
                       (int)k->store_cache);
+    for (int i = 0; i < k->buffers.count; i++) {
+        const Buffer *b = k->buffers.items[i];
+        if (b->has_cache_hint && (b->scope != SCOPE_GLOBAL ||
+                                  (unsigned)b->cache_hint >= CACHE_COUNT))
+            verify_report(v, b->loc, "@%s: cache hint %d on a %s buffer", b->name,
+                          (int)b->cache_hint, ir_scope_name(b->scope));
+    }
     if (k->ntensor_maps > 0 && !k->tensor_maps) {
         verify_report(v, loc, "%d tensor maps but no table", k->ntensor_maps);
         return;

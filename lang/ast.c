@@ -150,13 +150,14 @@ AstNode *ast_fn_param(ParseCtx *ctx, const char *name, AstNode *type,
 }
 
 AstNode *ast_tensor_param(ParseCtx *ctx, const char *name, AstNode *type,
-                          PtrVec *dims, PtrVec *strides, AstSpan span) {
+                          PtrVec *dims, PtrVec *strides, AstNode *cache, AstSpan span) {
     AstNode *node = ast_node(ctx, AST_PARAM, span);
     node->name = name;
     node->type = type;
     node->flag = true;
     node->list = dims;
     node->list2 = strides;
+    node->a = cache;
     return finish(ctx, node, span);
 }
 

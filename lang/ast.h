@@ -33,7 +33,8 @@
                               /* list5: kernel lets, a: launch             */ \
     X(TPARAM, "tparam")       /* name, text: kind (dtype, int, bool)       */ \
     X(PARAM, "param")         /* name, type; tensor: list: dims, list2:    */ \
-                              /* strides (NULL = contiguous); flag: tensor */ \
+                              /* strides (NULL = contiguous), a: NAMED     */ \
+                              /* cache(P) or NULL; flag: tensor            */ \
     X(WHERE, "where")         /* a: condition, text: its source text       */ \
     X(INSTANCE, "instance")   /* name, list: template arguments; flag:     */ \
                               /* set by sema when the instance is bad      */ \
@@ -172,7 +173,7 @@ AstNode *ast_named(ParseCtx *ctx, AstKind kind, const char *name,
 AstNode *ast_fn_param(ParseCtx *ctx, const char *name, AstNode *type,
                       AstSpan span);
 AstNode *ast_tensor_param(ParseCtx *ctx, const char *name, AstNode *type,
-                          PtrVec *dims, PtrVec *strides, AstSpan span);
+                          PtrVec *dims, PtrVec *strides, AstNode *cache, AstSpan span);
 AstNode *ast_scalar_param(ParseCtx *ctx, const char *name, AstNode *type,
                           AstSpan span);
 AstNode *ast_where(ParseCtx *ctx, AstNode *cond, AstSpan span);

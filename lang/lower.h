@@ -224,6 +224,10 @@ const AstNode *lower_option(const PtrVec *options, const char *name);
 /* The value of a hint option: a compile-time integer 0 (auto), 1 (off)
  * or 2 (on), or one of the words auto / off / on. */
 bool lower_hint(Lower *lower, const AstNode *option, Hint *out);
+/* The value of a cache hint option (load_cache = P, store_cache = P, a
+ * tensor's cache(P)): a word of IR_CACHE_HINTS or a compile-time integer,
+ * its position there. */
+void lower_cache_hint(Lower *lower, const AstNode *option, CacheHint *out);
 /* Kernel.hint_tma / hint_warp_specialize / cluster / load_cache / store_cache
  * from the launch's `with`. */
 void lower_launch_hints(Lower *lower, const AstNode *hints);

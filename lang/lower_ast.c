@@ -726,6 +726,10 @@ static void lower_params(Lower *lower, const AstNode *kernel) {
         buffer->param_index = i;
         buffer->read_only = true;
         buffer->loc = node->loc;
+        if (node->a) {
+            buffer->has_cache_hint = true;
+            lower_cache_hint(lower, node->a, &buffer->cache_hint);
+        }
         param->buffer = buffer;
         for (int d = 0; d < rank; d++) {
             buffer->shape[d] = lower_dim(lower, ast_at(node->list, d));

@@ -2,7 +2,8 @@
  * lower_hopper.c -- the statements and options of the Hopper path
  * (docs/hopper.md section 1): gemm (and gemm_wait), the stages of a
  * pipelined loop, the tma / warp_specialize / cluster / load_cache /
- * store_cache hints of a launch and the tma / multicast hints of a copy.
+ * store_cache / min_blocks hints of a launch and the tma / multicast hints
+ * of a copy.
  *
  * sema.c has already checked what is syntax (which options a statement
  * takes, each once; gemm and pipelined only at block level); here the
@@ -58,10 +59,9 @@ bool lower_hint(Lower *lower, const AstNode *option, Hint *out) {
     return true;
 }
 
-/* The value of load_cache / store_cache: a word of IR_CACHE_HINTS or a
- * compile-time integer, its position there (0 default, 1 streaming,
- * 2 evict_first, 3 evict_last), so that a template parameter can pick it. */
-static void lower_cache_hint(Lower *lower, const AstNode *option, CacheHint *out) {
+/* Positions in IR_CACHE_HINTS: 0 default, 1 streaming, 2 evict_first,
+ * 3 evict_last, so that a template parameter can pick a hint. */
+void lower_cache_hint(Lower *lower, const AstNode *option, CacheHint *out) {
     const AstNode *value = option->a;
     if (value->kind == AST_IDENT && !lower_find(lower, value->name) &&
         !program_lookup(lower->file, value->name)) {
@@ -90,6 +90,9 @@ static void lower_cache_hint(Lower *lower, const AstNode *option, CacheHint *out
 
 /* The most CTAs a cluster may have (the portable limit of sm_90). */
 #define LOWER_MAX_CLUSTER 8
+/* Resident blocks and threads of one SM on sm_90 (min_blocks). */
+#define LOWER_MAX_BLOCKS_PER_SM 32
+#define LOWER_MAX_THREADS_PER_SM 2048
 
 void lower_launch_hints(Lower *lower, const AstNode *hints) {
     Kernel *k = lower->kernel;
@@ -116,6 +119,22 @@ void lower_launch_hints(Lower *lower, const AstNode *hints) {
                         LOWER_MAX_CLUSTER, (long long)ctas);
         else
             k->cluster[0] = (int)ctas;
+    }
+    /* min_blocks = B: .minnctapersm B, so that ptxas keeps the registers
+     * to what B blocks of the kernel's threads can share (it otherwise
+     * takes more than it needs: swiglu_forward_per_channel_cast, 43 -> 32
+     * with the same code).  A warp-specialised kernel gets 1 there. */
+    const AstNode *min_blocks = lower_option(hints->list, "min_blocks");
+    int64_t blocks;
+    if (min_blocks && lower_const_int(lower, min_blocks->a, "the min_blocks hint", &blocks)) {
+        if (blocks < 1 || blocks > LOWER_MAX_BLOCKS_PER_SM ||
+            blocks * k->threads > LOWER_MAX_THREADS_PER_SM)
+            lower_error(lower, min_blocks->a->loc, "min_blocks must be 1 to %d with at "
+                        "most %d threads per SM, got %lld blocks of %d threads",
+                        LOWER_MAX_BLOCKS_PER_SM, LOWER_MAX_THREADS_PER_SM,
+                        (long long)blocks, k->threads);
+        else
+            k->min_blocks = (int)blocks;
     }
 }
 

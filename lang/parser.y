@@ -85,7 +85,7 @@ static void tk_yyerror(AstSpan *span, void *scanner, ParseCtx *ctx,
 
 %type <node> decl import const fn kernel tparam param where instance targ
 %type <node> type fn_param fn_let kitem launch block stmt if_stmt
-%type <node> region slice option expr lvalue atomic_target launch_hints
+%type <node> region slice option expr lvalue atomic_target launch_hints param_cache
 %type <list> decls tparams_opt tparams params params_opt strides_opt exprs
 %type <list> exprs_opt wheres_opt wheres instances_opt instances targs
 %type <list> fn_params_opt fn_params fn_lets kitems names stmts axes slices
@@ -205,16 +205,23 @@ params:
   ;
 
 /* param := IDENT ':' 'tensor' '<' type '>' '[' dims ']' ['strides' '[' dims ']']
+ *            ['cache' '(' expr ')']
  *        | IDENT ':' type */
 param:
-    IDENT ':' TENSOR '<' type '>' '[' exprs ']' strides_opt
-                                { $$ = ast_tensor_param(ctx, $1, $5, $8, $10, @1); }
+    IDENT ':' TENSOR '<' type '>' '[' exprs ']' strides_opt param_cache
+                                { $$ = ast_tensor_param(ctx, $1, $5, $8, $10, $11, @1); }
   | IDENT ':' type              { $$ = ast_scalar_param(ctx, $1, $3, @1); }
   ;
 
 strides_opt:
     %empty                      { $$ = NULL; }
   | STRIDES '[' exprs ']'       { $$ = $3; }
+  ;
+
+/* A tensor's own cache hint: 'cache' is checked by sema, like 'with'. */
+param_cache:
+    %empty                      { $$ = NULL; }
+  | IDENT '(' expr ')'          { $$ = ast_option(ctx, $1, $3, @1); }
   ;
 
 wheres_opt:

@@ -300,10 +300,26 @@ static bool check_stmts(Program *program, const AstNode *node,
     }
 }
 
+/* A tensor parameter's trailing `cache(P)`: the grammar takes any word
+ * there (like `with`), so that a misspelling gets a message. */
+static bool check_param_hints(Program *program, const AstNode *kernel) {
+    bool ok = true;
+    for (int i = 0; i < ast_count(kernel->list2); i++) {
+        const AstNode *param = ast_at(kernel->list2, i);
+        if (param->kind != AST_PARAM || !param->a || strcmp(param->a->name, "cache") == 0)
+            continue;
+        diag_error(program->diag, param->a->loc, "expected 'cache(...)' or the next "
+                   "parameter after tensor '%s', found '%s(...)'", param->name,
+                   param->a->name);
+        ok = false;
+    }
+    return ok;
+}
+
 /* The launch's `with` hints and its body's statements. */
 static bool check_launch(Program *program, const AstNode *launch) {
     static const char *const hints[] = {"tma", "warp_specialize", "cluster", "load_cache",
-                                        "store_cache", NULL};
+                                        "store_cache", "min_blocks", NULL};
     bool ok = true;
     const AstNode *with = launch->c;
     if (with && strcmp(with->name, "with") != 0) {
@@ -423,6 +439,7 @@ void sema_check(Program *program) {
         if (decl->kind == DECL_KERNEL) {
             bool ok = check_tparams(program, node);
             if (ok && !check_instances(program, node)) ok = false;
+            if (!check_param_hints(program, node)) ok = false;
             if (!check_body(program, node)) ok = false;
             decl->bad = !ok;
         } else if (decl->kind == DECL_FN) {

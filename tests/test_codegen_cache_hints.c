@@ -9,7 +9,11 @@
  * vectors, a byte store, and a load of a tensor the kernel also writes,
  * which keeps no .nc); evict_first / evict_last put an L2::cache_hint
  * with one createpolicy per kernel.  Shared-memory stores never take a
- * hint.  The textual IR carries the hints (tests/ir/cache_hints_tile.ir
+ * hint.  A tensor's own cache(P) replaces the launch's hint for that
+ * tensor alone, cache(default) included (TENSOR_SOURCE: a gather whose
+ * gathered rows keep evict_last while its index tensor opts out of the
+ * launch's evict_first).  The textual IR carries the hints
+ * (tests/ir/cache_hints_tile.ir
  * prints back byte for byte in test_ir_text.c; here: its values, and a
  * bad word refused).  The diagnostics of bad hint values in source are
  * golden files (tests/lang/errors/cache_hints.tk).
@@ -33,6 +37,21 @@ static const char SOURCE[] =
     "      copy(v, s[t * 8 : +8]);\n"
     "      b[bx * 1024 + t] = e4m3(v[0]);\n"
     "      io[bx * 1024 + t] = io[bx * 1024 + t] * 2.0;\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+static const char TENSOR_SOURCE[] =
+    "kernel gather<LC: int>(x: tensor<bf16>[T, 1024] cache(LC),\n"
+    "                       pos: tensor<i32>[N] cache(default),\n"
+    "                       out: tensor<bf16>[N, 1024] cache(streaming))\n"
+    "  instances { last: <3>, plain: <0> }\n"
+    "{\n"
+    "  launch (bx) in grid(N) threads(128) with(load_cache = evict_first) {\n"
+    "    parallel (t: 128) {\n"
+    "      local v: bf16[8];\n"
+    "      copy(x[pos[bx], t * 8 : +8], v);\n"
+    "      copy(v, out[bx, t * 8 : +8]);\n"
     "    }\n"
     "  }\n"
     "}\n";
@@ -106,6 +125,33 @@ Test(codegen_cache_hints, l2_policies_are_created_once) {
     free(ptx);
 }
 
+Test(codegen_cache_hints, tensor_hint_replaces_the_launch_hint) {
+    int status;
+    char *ptx = tkc_test_compile(TENSOR_SOURCE, "tensor_hints.tk", &status);
+    cr_assert_eq(status, 0, "tkc failed: %s", ptx);
+    char *last = entry_text(ptx, "gather__last");
+    /* x under its evict_last, pos plain (cache(default) opts out of the
+     * launch's evict_first, so no evict_first policy exists), out .cs */
+    cr_expect_eq(tkc_test_count(last, "createpolicy.fractional.L2::evict_last.b64"), 1, "%s",
+                 last);
+    cr_expect_eq(tkc_test_count(last, "createpolicy"), 1, "%s", last);
+    cr_expect_eq(tkc_test_count(last, "ld.global.nc.L2::cache_hint.v4.b32"), 1, "%s", last);
+    /* pos[bx] (loaded where the row's edge mask and address need it) */
+    cr_expect_gt(tkc_test_count(last, "ld.global.nc.b32"), 0, "%s", last);
+    cr_expect_eq(tkc_test_count(last, "L2::cache_hint"), 1, "%s", last);
+    cr_expect_eq(tkc_test_count(last, "st.global.cs.v4.b32"), 1, "%s", last);
+    char *plain = entry_text(ptx, "gather__plain");
+    /* cache(0) is cache(default): the launch's hint does not apply either */
+    cr_expect_eq(tkc_test_count(plain, "createpolicy"), 0, "%s", plain);
+    cr_expect_eq(tkc_test_count(plain, "ld.global.nc.v4.b32"), 1, "%s", plain);
+    cr_expect_gt(tkc_test_count(plain, "ld.global.nc.b32"), 0, "%s", plain);
+    cr_expect_eq(tkc_test_count(plain, "L2::cache_hint"), 0, "%s", plain);
+    cr_expect_eq(tkc_test_count(plain, "st.global.cs.v4.b32"), 1, "%s", plain);
+    free(plain);
+    free(last);
+    free(ptx);
+}
+
 Test(codegen_cache_hints, hinted_ptx_assembles) {
     /* the default output is a cubin: ptxas must accept every form */
     char dir[] = "/tmp/tkc_hints-XXXXXX";
@@ -132,6 +178,10 @@ Test(codegen_cache_hints, textual_ir_carries_the_hints) {
     cr_assert_eq(m->nkernels, 1);
     cr_expect_eq(m->kernels[0]->load_cache, CACHE_EVICT_LAST);
     cr_expect_eq(m->kernels[0]->store_cache, CACHE_STREAMING);
+    const Buffer *sf = m->kernels[0]->params[1].buffer;
+    cr_expect(sf->has_cache_hint && sf->cache_hint == CACHE_EVICT_FIRST);
+    const Buffer *x = m->kernels[0]->params[0].buffer;
+    cr_expect(!x->has_cache_hint);
 
     char *bad = strdup(golden);
     cr_assert_not_null(bad);

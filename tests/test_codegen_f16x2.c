@@ -1,7 +1,7 @@
 /*
  * test_codegen_f16x2.c -- the packed f16x2 builtins (f16x2_mul / _fma /
- * _min / _max / _max_xorsign_abs, e4m3x2_f16x2 and e4m3x2_f16x2_high) from
- * source to PTX, with no GPU.
+ * _min / _max / _max_xorsign_abs / _abs, e4m3x2_f16x2 and
+ * e4m3x2_f16x2_high) from source to PTX, with no GPU.
  *
  * A small kernel using each builtin goes through the built tkc (TKC_PATH)
  * with --emit=ptx; the PTX must hold each instruction once per use and
@@ -24,7 +24,7 @@ static const char SOURCE[] =
     "      let b = f16x2_min(a, 0x46004600u);\n"
     "      let c = f16x2_max(b, p);\n"
     "      let h = f16x2_max(e4m3x2_f16x2_high(x[bx * 128 + t]), c);\n"
-    "      out[bx * 128 + t] = f16x2_max_xorsign_abs(h, 0x3C003C00u);\n"
+    "      out[bx * 128 + t] = f16x2_max_xorsign_abs(f16x2_abs(h), 0x3C003C00u);\n"
     "    }\n"
     "  }\n"
     "}\n";
@@ -41,6 +41,7 @@ Test(codegen_f16x2, each_builtin_is_one_ptx_instruction) {
     cr_expect_eq(tkc_test_count(ptx, "min.f16x2 %r"), uses);
     cr_expect_eq(tkc_test_count(ptx, "max.f16x2 %r"), 2 * uses);
     cr_expect_eq(tkc_test_count(ptx, "max.xorsign.abs.f16x2 %r"), uses);
+    cr_expect_eq(tkc_test_count(ptx, "\tabs.f16x2 %r"), uses, "%s", ptx);
     cr_expect_eq(tkc_test_count(ptx, "cvt.rn.f16x2.e4m3x2 %r"), 2 * uses, "%s", ptx);
     /* the low-half converter reads `lo` of the split word, the high-half
      * one `hi`, and neither shifts its word first */

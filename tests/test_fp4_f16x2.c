@@ -8,15 +8,16 @@
  * 32-bit words: cvt.rn.f16x2.e4m3x2 as the exact f16 of each byte,
  * mul/fma.rn.f16x2 as the exact result rounded to f16 (ties to even,
  * subnormals kept, overflow to infinity), min/max.f16x2 dropping a NaN
- * operand, max.xorsign.abs.f16x2, prmt.b32 with its sign mode, and the
- * integer steps.  Every e4m3 code (NaN, subnormals, -0 included) is
+ * operand, max.xorsign.abs.f16x2, abs.f16x2, prmt.b32 with its sign
+ * mode, and the integer steps.  Every e4m3 code (NaN, subnormals, -0 included) is
  * encoded in every lane position of the 8-element word next to every
  * other code, with every multiplier the gate fp4_f16_multiplier admits,
  * and compared with ref_e2m1_from_f32(f32(v) * 2^q) -- the kernel's f32
  * path.  The same runs with f16 subnormal inputs and results flushed,
  * which must not change any code.  The packed |max| is checked against
  * fmaxf of fabsf for every pair of codes, and the gate for every sign and
- * exponent.  The finite variant (NaN-free items), the NaN flag and the
+ * exponent.  The FMA-pipe encoder of NaN-free items (fp4_pack8_f16x2_fma,
+ * also for every f16 input on its own), the NaN flag and the
  * division-free round_sf exponent are checked the same way.  Last, the
  * kernel's thread layout (lane-interleaved chunks, the pair exchange of
  * partial maxima and multipliers) is replayed thread by thread against
@@ -146,6 +147,9 @@ static uint32_t f16x2_max_xorsign_abs(uint32_t a, uint32_t b) {
     return per_lane(max_xorsign_abs_lane, a, b, 0);
 }
 
+/* abs.f16x2 (f16x2_abs) clears the two sign bits. */
+static uint32_t f16x2_abs(uint32_t a) { return a & 0x7FFF7FFFu; }
+
 static uint32_t e4m3x2_f16x2(uint32_t pair) {
     uint32_t low = f16_of_e4m3((uint8_t)pair), high = f16_of_e4m3((uint8_t)(pair >> 8));
     return low | (high << 16);
@@ -209,23 +213,25 @@ static uint32_t fp4_pack8_f16x2_bounded(uint32_t p0, uint32_t p1, uint32_t p2, u
     return (even & 0x0F0F0F0Fu) | ((odd << 4) & 0xF0F0F0F0u);
 }
 
-static uint32_t fp4_f16x2_codes_finite(uint32_t y) {
-    uint32_t b = f16x2_max_xorsign_abs(y & 0xFC00FC00u, 0x3C003C00u);
-    uint32_t s = f16x2_fma(b, 0x60006000u, y);
-    return s + (s >> 9);
+static uint32_t fp4_f16x2_codes_fma(uint32_t y) {
+    uint32_t v = f16x2_abs(y);
+    uint32_t c1 = f16x2_fma(v, 0x40004000u, 0x64006400u);
+    uint32_t c2 = f16x2_fma(v, 0x3C003C00u, 0x64026402u);
+    uint32_t c3 = f16x2_fma(v, 0x38003800u, 0x64046404u);
+    return f16x2_min(f16x2_min(c1, c2), c3);
 }
 
-static uint32_t fp4_pack8_f16x2_finite(uint32_t p0, uint32_t p1, uint32_t p2, uint32_t p3,
-                                       uint32_t m) {
-    uint32_t u0 = fp4_f16x2_codes_finite(f16x2_mul(p0, m));
-    uint32_t u1 = fp4_f16x2_codes_finite(f16x2_mul(p1, m));
-    uint32_t u2 = fp4_f16x2_codes_finite(f16x2_mul(p2, m));
-    uint32_t u3 = fp4_f16x2_codes_finite(f16x2_mul(p3, m));
-    uint32_t n01 = prmt(u0, u1, 0x6420u) | (prmt(u0, u1, 0xFDB9u) & 0x08080808u);
-    uint32_t n23 = prmt(u2, u3, 0x6420u) | (prmt(u2, u3, 0xFDB9u) & 0x08080808u);
+static uint32_t fp4_pack8_f16x2_fma(uint32_t p0, uint32_t p1, uint32_t p2, uint32_t p3,
+                                    uint32_t m) {
+    uint32_t y0 = f16x2_mul(p0, m), y1 = f16x2_mul(p1, m);
+    uint32_t y2 = f16x2_mul(p2, m), y3 = f16x2_mul(p3, m);
+    uint32_t u0 = fp4_f16x2_codes_fma(y0), u1 = fp4_f16x2_codes_fma(y1);
+    uint32_t u2 = fp4_f16x2_codes_fma(y2), u3 = fp4_f16x2_codes_fma(y3);
+    uint32_t n01 = prmt(u0, u1, 0x6420u) | (prmt(y0, y1, 0xFDB9u) & 0x08080808u);
+    uint32_t n23 = prmt(u2, u3, 0x6420u) | (prmt(y2, y3, 0xFDB9u) & 0x08080808u);
     uint32_t even = prmt(n01, n23, 0x6420u);
     uint32_t odd = prmt(n01, n23, 0x7531u);
-    return (even & 0x0F0F0F0Fu) | ((odd << 4) & 0xF0F0F0F0u);
+    return odd * 16u + even;
 }
 
 static uint32_t fp4_f16x2_nan_flag(uint32_t flag, uint32_t pair) {
@@ -238,8 +244,8 @@ static int32_t fp4_round_exponent(float a) {
 
 /* ---- the exhaustive comparison ------------------------------------------- */
 
-enum encoder { ENCODER_FULL, ENCODER_BOUNDED, ENCODER_FINITE };
-static const char *const encoder_names[3] = {"", "bounded: ", "finite: "};
+enum encoder { ENCODER_FULL, ENCODER_BOUNDED, ENCODER_FMA };
+static const char *const encoder_names[3] = {"", "bounded: ", "fma: "};
 
 /* Encodes the eight e4m3 codes e[] times 2^q with the packed path (the
  * bounded or finite encoder when asked) and counts the nibbles that
@@ -252,8 +258,8 @@ static long check_group(const uint8_t e[8], int q, enum encoder encoder, long ba
         p[j] = e4m3x2_f16x2((uint32_t)e[2 * j] | ((uint32_t)e[2 * j + 1] << 8));
     uint32_t word = encoder == ENCODER_BOUNDED
                         ? fp4_pack8_f16x2_bounded(p[0], p[1], p[2], p[3], splat)
-                    : encoder == ENCODER_FINITE
-                        ? fp4_pack8_f16x2_finite(p[0], p[1], p[2], p[3], splat)
+                    : encoder == ENCODER_FMA
+                        ? fp4_pack8_f16x2_fma(p[0], p[1], p[2], p[3], splat)
                         : fp4_pack8_f16x2(p[0], p[1], p[2], p[3], splat);
     for (int i = 0; i < 8; i++) {
         unsigned want = ref_e2m1_from_f32(ref_e4m3_to_f32(e[i]) * m);
@@ -314,12 +320,16 @@ Test(fp4_f16x2, packed_amax_of_every_pair) {
         for (uint32_t b = 0; b < 256u; b++) {
             uint32_t pair = e4m3x2_f16x2(a | (b << 8));
             float got = fp4_f16x2_amax(f16x2_max(0u, pair), f16x2_min(0u, pair));
+            /* per_token_requant's form: the maxima of the magnitudes */
+            float magnitudes = fp4_f16x2_amax(f16x2_max(0u, f16x2_abs(pair)), 0u);
             float want = fmaxf(fmaxf(0.0f, fabsf(ref_e4m3_to_f32((uint8_t)a))),
                                fabsf(ref_e4m3_to_f32((uint8_t)b)));
             /* equal values: the sign of a zero |max| does not matter,
              * the clamp max(amax, CLAMP_MIN) follows */
             cr_assert(got == want, "e4m3 0x%02x 0x%02x: %a, want %a", a, b, (double)got,
                       (double)want);
+            cr_assert(magnitudes == want, "e4m3 0x%02x 0x%02x (magnitudes): %a, want %a", a,
+                      b, (double)magnitudes, (double)want);
         }
 }
 
@@ -364,10 +374,46 @@ Test(fp4_f16x2, finite_products_match_the_reference) {
     for (int f = 0; f < 2; f++) {
         flush = f == 1;
         for (int q = -14; q <= 15; q++)
-            bad += sweep_bounded(q, ENCODER_FINITE);
+            bad += sweep_bounded(q, ENCODER_FMA);
     }
     flush = false;
     cr_assert_eq(bad, 0, "%ld mismatching elements", bad);
+}
+
+/* The FMA-pipe rounding of fp4_f16x2_codes_fma for every f16 pattern in
+ * either half (the other half another pattern), with and without
+ * flushing: inside the kernel's domain (|x| <= 6, not NaN) the half is
+ * 0x6400 + the reference's magnitude code and y's bit 15 its sign; for
+ * the rest of the patterns the same formula after the clamp min(|x|, 6)
+ * (NaN -> +6, no sign) gives the reference's saturation, which checks the
+ * formula on every f16 magnitude, not only the e4m3 products. */
+Test(fp4_f16x2, fma_rounding_of_every_f16) {
+    long bad = 0;
+    for (int f = 0; f < 2; f++) {
+        flush = f == 1;
+        for (uint32_t h = 0; h < 0x10000u; h++) {
+            uint32_t partner = (h * 0x9Du + 0x1234u) & 0xFFFFu;
+            uint32_t y = h | (partner << 16);
+            uint32_t raw = fp4_f16x2_codes_fma(y);
+            uint32_t saturated = fp4_f16x2_codes_fma(f16x2_min(f16x2_abs(y), 0x46004600u));
+            for (int half = 0; half < 2; half++) {
+                uint16_t lane = (uint16_t)(y >> (16 * half));
+                flush = false;
+                double x = f16_value(lane);
+                flush = f == 1;
+                bool nan = f16_is_nan(lane), inside = !nan && fabs(x) <= 6.0;
+                uint16_t u = (uint16_t)((inside ? raw : saturated) >> (16 * half));
+                unsigned got = (u & 7u) | (nan ? 0u : (unsigned)(lane >> 15) << 3);
+                unsigned want = ref_e2m1_from_f32((float)x);
+                if (((u & 0xFFF8u) != 0x6400u || got != want) && bad++ < 4)
+                    cr_log_error("f16 0x%04x (flush %d, %s): half 0x%04x, nibble 0x%x, "
+                                 "reference 0x%x", lane, f, inside ? "inside" : "clamped", u,
+                                 got, want);
+            }
+        }
+    }
+    flush = false;
+    cr_assert_eq(bad, 0, "%ld mismatching f16 patterns", bad);
 }
 
 /* The NaN flag is 0 after a pair exactly when neither code is a NaN, a
@@ -482,12 +528,10 @@ static void requant_row(const requant_problem *p, int64_t t, int64_t bx) {
         }
         l->nan_flag = fp4_f16x2_nan_flag(flags[0], flags[1]);
         for (int k = 0; k < 4; k++) {
-            uint32_t hi = 0u, lo = 0u;
-            for (int i = 0; i < 8; i++) {
-                hi = f16x2_max(hi, l->pr[8 * k + i]);
-                lo = f16x2_min(lo, l->pr[8 * k + i]);
-            }
-            l->chunk_max[k] = fp4_f16x2_amax(hi, lo);
+            uint32_t hi = 0u;
+            for (int i = 0; i < 8; i++)
+                hi = f16x2_max(hi, f16x2_abs(l->pr[8 * k + i]));
+            l->chunk_max[k] = fp4_f16x2_amax(hi, 0u);
         }
     }
     /* the pair exchange: what each lane sends is read by its partner */
@@ -562,7 +606,7 @@ static void requant_row(const requant_problem *p, int64_t t, int64_t bx) {
             if (i == 0)
                 p->paths[fast ? (l->nan_flag == 0u ? 0 : 1) : 2]++;
             if (fast && l->nan_flag == 0u) {
-                q[i] = fp4_pack8_f16x2_finite(pr[0], pr[1], pr[2], pr[3], fp4_f16x2_splat(m));
+                q[i] = fp4_pack8_f16x2_fma(pr[0], pr[1], pr[2], pr[3], fp4_f16x2_splat(m));
             } else if (fast) {
                 q[i] = fp4_pack8_f16x2_bounded(pr[0], pr[1], pr[2], pr[3], fp4_f16x2_splat(m));
             } else {

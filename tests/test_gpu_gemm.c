@@ -52,7 +52,7 @@ static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off", "per
                                             "persistent_store", "persistent_store_half"};
 /* The fp8 GEMM's instances (variants_pick_their_instances); gemm_bf16
  * has the eight of VARIANTS. */
-#define FP8_VARIANTS 19
+#define FP8_VARIANTS 15
 #define BF16_VARIANTS 8
 
 /* A variant's name in the messages. */
@@ -273,11 +273,9 @@ Test(gemm_check, passes_f32_accumulation_and_fails_a_short_k) {
 /* Every variant against the reference; the others equal to the default
  * bit for bit (the persistent and cluster instances visit the tiles in
  * another order, the cluster ones multicast a shared operand tile, but
- * each tile is computed the same way; the fp8 store experiments prefetch
- * the B scales or take 128 x 192 tiles with one K block per step and the
- * B scale of each column's own 128-block, but promote the same products
- * in the same order, and with KB odd the one K block fewer is the
- * default's + 0 * 0 on an accumulator that is never -0). */
+ * each tile is computed the same way; the 128 x 128 fp8 store kernel
+ * loads its B scales a step early, but promotes the same products in the
+ * same order). */
 static void check_all_variants(problem *p) {
     /* the fp8 GEMM's variants: the first three, then its 256-row kernel */
     static const tk__gemm_variant FP8_LIST[] = {
@@ -286,17 +284,16 @@ static void check_all_variants(problem *p) {
         TK__GEMM_FP8_PERSISTENT, TK__GEMM_FP8_PERSISTENT_WS_OFF,
         TK__GEMM_FP8_PERSISTENT_BAND16, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
         TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2,
-        TK__GEMM_FP8_PERSISTENT_STORE, TK__GEMM_FP8_WIDE_PERSISTENT_STORE,
-        TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH, TK__GEMM_FP8_PERSISTENT_STORE_N192,
-        TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH_BAND8, TK__GEMM_FP8_PERSISTENT_STORE_N192_HALVES};
+        TK__GEMM_FP8_PERSISTENT_STORE, TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
     static const char *const FP8_NAMES[] = {
         "default", "tma_off", "ws_off", "wide", "cluster2", "cluster2_ws_off", "wide_cluster2",
         "persistent", "persistent_ws_off", "persistent_band16", "persistent_cluster2",
         "wide_persistent", "wide_persistent_cluster2", "persistent_store",
-        "wide_persistent_store", "persistent_store_prefetch", "persistent_store_n192",
-        "persistent_store_prefetch_band8", "persistent_store_n192_halves"};
+        "wide_persistent_store"};
+    _Static_assert(sizeof FP8_LIST / sizeof FP8_LIST[0] == FP8_VARIANTS, "fp8 variants");
+    _Static_assert(sizeof FP8_NAMES / sizeof FP8_NAMES[0] == FP8_VARIANTS, "fp8 names");
     bool fp8 = p->input == TK_E4M3;
-    int variants = fp8 ? (int)(sizeof FP8_LIST / sizeof FP8_LIST[0]) : BF16_VARIANTS;
+    int variants = fp8 ? FP8_VARIANTS : BF16_VARIANTS;
     for (int v = 0; v < variants; v++) {
         const char *name = fp8 ? FP8_NAMES[v] : VARIANT_NAMES[v];
         problem_run(p, fp8 ? FP8_LIST[v] : VARIANTS[v]);
@@ -425,19 +422,15 @@ Test(gemm_fp8_blockscaled, tma_store_edges, .timeout = 300) {
     fp8_case(2177, 4360, 144, TK_SF_ROW_MAJOR, 43);
 }
 
-/* The 128 x 192 tiles (persistent_store_n192 and _n192_halves) span two
- * 128-column B scale blocks: tiles of even bn switch block after column
- * 128 (inside the halves kernel's second column half), of odd bn after
- * column 64 (inside its first), and at the right edge the second block
- * may lie past N (NB).  N = 576 (three whole tiles, the last block half
- * past N), N = 200 (the second tile's 8 columns all in block 1, block 2
- * absent), N = 1352 (eight tiles, the last one 8 columns) with 9 K blocks
- * (the last 16 deep), and 17 x 15 tiles of 128 x 192 with column-major B
- * scales (more tiles than SMs, ragged M and N).  Every instance equals the
- * default bit for bit. */
-Test(gemm_fp8_blockscaled, tiles_of_192_columns, .timeout = 300) {
-    fp8_case(384, 576, 384, TK_SF_ROW_MAJOR, 51);
-    fp8_case(130, 200, 256, TK_SF_ROW_MAJOR, 52);
+/* persistent_store (tk_gemm_fp8_blockscaled) loads the B scales of step
+ * kk + 1 during step kk and those of a tile's first step before its K
+ * loop, each past KB replaced by 0: 9 K blocks (the last 16 deep, alone
+ * in the last step) with N ending 72 columns into the last tile column,
+ * and 17 x 22 tiles (more than SMs, so every block restarts the prefetch
+ * on several tiles) of 2 K blocks (one step: only the loads before the
+ * loop) with column-major B scales.  Every instance equals the default
+ * bit for bit. */
+Test(gemm_fp8_blockscaled, prefetched_b_scales, .timeout = 300) {
     fp8_case(300, 1352, 1040, TK_SF_ROW_MAJOR, 53);
     fp8_case(2120, 2696, 144, TK_SF_COL_MAJOR, 54);
 }
@@ -635,9 +628,7 @@ Test(gemm_api, variants_pick_their_instances) {
         TK__GEMM_FP8_PERSISTENT, TK__GEMM_FP8_PERSISTENT_WS_OFF,
         TK__GEMM_FP8_PERSISTENT_BAND16, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
         TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2,
-        TK__GEMM_FP8_PERSISTENT_STORE, TK__GEMM_FP8_WIDE_PERSISTENT_STORE,
-        TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH, TK__GEMM_FP8_PERSISTENT_STORE_N192,
-        TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH_BAND8, TK__GEMM_FP8_PERSISTENT_STORE_N192_HALVES};
+        TK__GEMM_FP8_PERSISTENT_STORE, TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
     const char *fp8_names[] = {"gemm_fp8_blockscaled__default", "gemm_fp8_blockscaled__tma_off",
                                "gemm_fp8_blockscaled__ws_off",
                                "gemm_fp8_blockscaled_wide__default",
@@ -651,11 +642,11 @@ Test(gemm_api, variants_pick_their_instances) {
                                "gemm_fp8_blockscaled_wide_persistent__default",
                                "gemm_fp8_blockscaled_wide_persistent__cluster2",
                                "gemm_fp8_blockscaled_persistent_store__default",
-                               "gemm_fp8_blockscaled_wide_persistent_store__default",
-                               "gemm_fp8_blockscaled_persistent_store_prefetch__default",
-                               "gemm_fp8_blockscaled_persistent_store_n192__default",
-                               "gemm_fp8_blockscaled_persistent_store_prefetch__band8",
-                               "gemm_fp8_blockscaled_persistent_store_n192_halves__default"};
+                               "gemm_fp8_blockscaled_wide_persistent_store__default"};
+    _Static_assert(sizeof fp8_variants / sizeof fp8_variants[0] == FP8_VARIANTS,
+                   "one fp8 variant per name");
+    _Static_assert(sizeof fp8_names / sizeof fp8_names[0] == FP8_VARIANTS,
+                   "one name per fp8 variant");
     for (int v = 0; v < FP8_VARIANTS; v++) {
         tk_status status = tk__gemm_fp8_blockscaled_variant(&a8, &sfa, &b8, &sfb, &d,
                                                             fp8_variants[v], NULL);

@@ -116,17 +116,6 @@ static const struct {
      tkl_gemm_fp8_blockscaled_persistent_store__default},
     {TK__GEMM_FP8_WIDE_PERSISTENT_STORE, "gemm_fp8_blockscaled_wide_persistent_store__default",
      NULL, tkl_gemm_fp8_blockscaled_wide_persistent_store__default},
-    {TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH,
-     "gemm_fp8_blockscaled_persistent_store_prefetch__default", NULL,
-     tkl_gemm_fp8_blockscaled_persistent_store_prefetch__default},
-    {TK__GEMM_FP8_PERSISTENT_STORE_N192, "gemm_fp8_blockscaled_persistent_store_n192__default",
-     NULL, tkl_gemm_fp8_blockscaled_persistent_store_n192__default},
-    {TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH_BAND8,
-     "gemm_fp8_blockscaled_persistent_store_prefetch__band8", NULL,
-     tkl_gemm_fp8_blockscaled_persistent_store_prefetch__band8},
-    {TK__GEMM_FP8_PERSISTENT_STORE_N192_HALVES,
-     "gemm_fp8_blockscaled_persistent_store_n192_halves__default", NULL,
-     tkl_gemm_fp8_blockscaled_persistent_store_n192_halves__default},
 };
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
@@ -360,7 +349,9 @@ tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a, const tk_tensor *sfa,
     /* the persistent 128 x 128 kernel with the TMA-store epilogue (bands of
      * 16) measured as fast as the 256 x 128 one at 8192^3 (76.6 against
      * 78.6 % of cuBLAS, within the clock's spread) and 18 % faster at
-     * 4096 x 7168 x 2048 (941 against 797 TFLOP/s; docs/perf.md) */
+     * 4096 x 7168 x 2048 (941 against 797 TFLOP/s; docs/perf.md); its B
+     * scales loaded one step ahead made 1162 / 1129 TFLOP/s at 8192^3
+     * against 1157 / 1127, and 128 x 192 tiles 1069 at best */
     return tk__gemm_fp8_blockscaled_variant(a, sfa, b, sfb, d, TK__GEMM_FP8_PERSISTENT_STORE,
                                             stream);
 }

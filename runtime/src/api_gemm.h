@@ -41,14 +41,14 @@ typedef enum tk__gemm_variant {
     TK__GEMM_PERSISTENT_STORE_HALF = 25, /* 4 stages + a 128 x 128 half tile */
     /* fp8, persistent, epilogue through shared memory and TMA stores
      * (kernels/gemm_fp8_store.tk) */
-    TK__GEMM_FP8_PERSISTENT_STORE = 26,     /* 128 x 128, bands of 16, 3 stages + half tile */
-    TK__GEMM_FP8_WIDE_PERSISTENT_STORE = 27, /* 256 x 128, bands of 8, 3 stages + tile */
-    /* experiments on the 128 x 128 one (same tile walk and epilogue) */
-    TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH = 28, /* B scales loaded one step ahead */
-    /* (29, one K block per step at 128 x 128, was slower and is gone) */
-    TK__GEMM_FP8_PERSISTENT_STORE_N192 = 30, /* 128 x 192, one K block per step, 4 stages */
-    TK__GEMM_FP8_PERSISTENT_STORE_PREFETCH_BAND8 = 31, /* 28 in bands of 8 tile rows */
-    TK__GEMM_FP8_PERSISTENT_STORE_N192_HALVES = 32 /* 128 x 192, column halves overlapped */
+    TK__GEMM_FP8_PERSISTENT_STORE = 26,     /* 128 x 128, bands of 16, 3 stages + half
+                                             * tile, B scales loaded one step ahead */
+    TK__GEMM_FP8_WIDE_PERSISTENT_STORE = 27 /* 256 x 128, bands of 8, 3 stages + tile */
+    /* A number never changes meaning (bench rows and notes name them),
+     * so retired ones leave gaps: 16..23 are unused, and 28..32 were fp8
+     * store experiments (28 and 31, the B scales loaded one step ahead,
+     * became 26's body; 29, 30 and 32, one K block per step at 128 x 128
+     * and 128 x 192 tiles, measured slower and are gone). */
 } tk__gemm_variant;
 
 /* tk_gemm_bf16 / tk_gemm_fp8_blockscaled (same arguments, same checks)
