@@ -2,8 +2,11 @@
  * packed_emulation.h -- what the CPU emulations of the packed PTX
  * instructions share (tests/test_fp4_packed.c for bf16x2,
  * tests/test_fp4_f16x2.c for f16x2 and e4m3x2, tests/test_fp4_decode.c for
- * the prmt table decoders): f32 bit casts, prmt.b32, and applying a
- * 16-bit lane operation to both halves of a 32-bit word.  Each test
+ * the prmt table decoders): f32 bit casts, prmt.b32, applying a 16-bit
+ * lane operation to both halves of a 32-bit word, and min, max and
+ * max.xorsign.abs of one 16-bit float format given by a packed_format
+ * (bf16 and f16 differ only in where NaN starts and how a pattern reads
+ * as a number, so one emulation serves both).  Each test
  * replays the kernels' instructions through these and compares with the
  * reference encoders exhaustively, so they must model the hardware, not
  * the code under test.
@@ -11,6 +14,7 @@
 #ifndef TK_TESTS_PACKED_EMULATION_H
 #define TK_TESTS_PACKED_EMULATION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -50,6 +54,76 @@ static inline uint32_t per_lane(lane_op op, uint32_t a, uint32_t b, uint32_t c) 
     uint32_t lo = op((uint16_t)a, (uint16_t)b, (uint16_t)c);
     uint32_t hi = op((uint16_t)(a >> 16), (uint16_t)(b >> 16), (uint16_t)(c >> 16));
     return lo | (hi << 16);
+}
+
+/* A 16-bit float format as min/max see it: the pattern of +infinity (a
+ * larger magnitude is a NaN) and the value of a pattern.  The value is the
+ * test's own, so a test that replays input flushing sees it here too. */
+typedef struct {
+    uint16_t infinity;
+    double (*value)(uint16_t);
+} packed_format;
+
+/* The NaN that min/max return when both operands are NaN. */
+#define PACKED_CANONICAL_NAN 0x7FFFu
+
+static inline bool packed_is_nan(const packed_format *format, uint16_t h) {
+    return (h & 0x7FFFu) > format->infinity;
+}
+
+/* min/max without .NaN: a NaN operand yields the other one; -0 is below
+ * +0, so of two equal values min takes the negative pattern, max the
+ * other. */
+static inline uint16_t packed_min_lane(const packed_format *format, uint16_t a, uint16_t b) {
+    if (packed_is_nan(format, a))
+        return packed_is_nan(format, b) ? PACKED_CANONICAL_NAN : b;
+    if (packed_is_nan(format, b))
+        return a;
+    double x = format->value(a), y = format->value(b);
+    if (x == y)
+        return (a & 0x8000u) ? a : b;
+    return x < y ? a : b;
+}
+
+static inline uint16_t packed_max_lane(const packed_format *format, uint16_t a, uint16_t b) {
+    if (packed_is_nan(format, a))
+        return packed_is_nan(format, b) ? PACKED_CANONICAL_NAN : b;
+    if (packed_is_nan(format, b))
+        return a;
+    double x = format->value(a), y = format->value(b);
+    if (x == y)
+        return (a & 0x8000u) ? b : a;
+    return x > y ? a : b;
+}
+
+/* max.xorsign.abs: the max of the magnitudes, with the sign a ^ b. */
+static inline uint16_t packed_max_xorsign_abs_lane(const packed_format *format, uint16_t a,
+                                                   uint16_t b) {
+    uint16_t m = packed_max_lane(format, a & 0x7FFFu, b & 0x7FFFu);
+    return (uint16_t)((m & 0x7FFFu) | ((a ^ b) & 0x8000u));
+}
+
+/* The three on both halves of 32-bit words. */
+typedef uint16_t (*packed_format_op)(const packed_format *, uint16_t, uint16_t);
+
+static inline uint32_t packed_per_lane(const packed_format *format, packed_format_op op,
+                                       uint32_t a, uint32_t b) {
+    uint32_t lo = op(format, (uint16_t)a, (uint16_t)b);
+    uint32_t hi = op(format, (uint16_t)(a >> 16), (uint16_t)(b >> 16));
+    return lo | (hi << 16);
+}
+
+static inline uint32_t packed_min(const packed_format *format, uint32_t a, uint32_t b) {
+    return packed_per_lane(format, packed_min_lane, a, b);
+}
+
+static inline uint32_t packed_max(const packed_format *format, uint32_t a, uint32_t b) {
+    return packed_per_lane(format, packed_max_lane, a, b);
+}
+
+static inline uint32_t packed_max_xorsign_abs(const packed_format *format, uint32_t a,
+                                              uint32_t b) {
+    return packed_per_lane(format, packed_max_xorsign_abs_lane, a, b);
 }
 
 #endif

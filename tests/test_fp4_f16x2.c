@@ -37,8 +37,6 @@
 
 static bool flush; /* replay a hardware that flushes f16 subnormals */
 
-static bool f16_is_nan(uint16_t h) { return (h & 0x7FFFu) > 0x7C00u; }
-
 /* The value of an f16 pattern (a NaN as NaN). */
 static double f16_value(uint16_t h) {
     unsigned exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
@@ -49,6 +47,12 @@ static double f16_value(uint16_t h) {
         return flush ? sign * 0.0 : sign * ldexp(mantissa, -24);
     return sign * ldexp(1024 + mantissa, (int)exponent - 25);
 }
+
+/* f16 for the shared min/max emulation, which compares f16_value and so
+ * follows the flush switch. */
+static const packed_format f16_format = {0x7C00u, f16_value};
+
+static bool f16_is_nan(uint16_t h) { return packed_is_nan(&f16_format, h); }
 
 /* An exact double rounded to f16: ties to even, subnormals kept (or
  * flushed to a signed zero), overflow to infinity. */
@@ -105,46 +109,15 @@ static uint16_t fma_lane(uint16_t a, uint16_t b, uint16_t c) {
     return f16_round(f16_value(a) * f16_value(b) + f16_value(c));
 }
 
-/* min/max.f16x2 without .NaN: a NaN operand yields the other one; -0 is
- * below +0. */
-static uint16_t min_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    if (f16_is_nan(a))
-        return f16_is_nan(b) ? 0x7FFFu : b;
-    if (f16_is_nan(b))
-        return a;
-    double x = f16_value(a), y = f16_value(b);
-    if (x == y)
-        return (a & 0x8000u) ? a : b;
-    return x < y ? a : b;
-}
-
-static uint16_t max_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    if (f16_is_nan(a))
-        return f16_is_nan(b) ? 0x7FFFu : b;
-    if (f16_is_nan(b))
-        return a;
-    double x = f16_value(a), y = f16_value(b);
-    if (x == y)
-        return (a & 0x8000u) ? b : a;
-    return x > y ? a : b;
-}
-
-static uint16_t max_xorsign_abs_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    uint16_t m = max_lane(a & 0x7FFFu, b & 0x7FFFu, 0);
-    return (uint16_t)((m & 0x7FFFu) | ((a ^ b) & 0x8000u));
-}
-
 static uint32_t f16x2_mul(uint32_t a, uint32_t b) { return per_lane(mul_lane, a, b, 0); }
 static uint32_t f16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
     return per_lane(fma_lane, a, b, c);
 }
-static uint32_t f16x2_min(uint32_t a, uint32_t b) { return per_lane(min_lane, a, b, 0); }
-static uint32_t f16x2_max(uint32_t a, uint32_t b) { return per_lane(max_lane, a, b, 0); }
+
+static uint32_t f16x2_min(uint32_t a, uint32_t b) { return packed_min(&f16_format, a, b); }
+static uint32_t f16x2_max(uint32_t a, uint32_t b) { return packed_max(&f16_format, a, b); }
 static uint32_t f16x2_max_xorsign_abs(uint32_t a, uint32_t b) {
-    return per_lane(max_xorsign_abs_lane, a, b, 0);
+    return packed_max_xorsign_abs(&f16_format, a, b);
 }
 
 /* abs.f16x2 (f16x2_abs) clears the two sign bits. */

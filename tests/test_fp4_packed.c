@@ -31,7 +31,11 @@
 
 static double bf16_value(uint16_t h) { return (double)f32_of((uint32_t)h << 16); }
 
-static bool bf16_is_nan(uint16_t h) { return (h & 0x7FFFu) > 0x7F80u; }
+/* bf16 for the shared min/max emulation, which compares the unflushed
+ * values. */
+static const packed_format bf16_format = {0x7F80u, bf16_value};
+
+static bool bf16_is_nan(uint16_t h) { return packed_is_nan(&bf16_format, h); }
 
 /* An exact double (at most 53 significant bits, within f32's exponent
  * range or overflowing) rounded to bf16, ties to even, subnormals kept. */
@@ -85,46 +89,15 @@ static uint16_t fma_lane(uint16_t a, uint16_t b, uint16_t c) {
     return bf16_round(input(a) * input(b) + input(c));
 }
 
-/* min/max.bf16x2 without .NaN: a NaN operand yields the other one; -0 is
- * below +0. */
-static uint16_t min_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    if (bf16_is_nan(a))
-        return bf16_is_nan(b) ? 0x7FFFu : b;
-    if (bf16_is_nan(b))
-        return a;
-    double x = bf16_value(a), y = bf16_value(b);
-    if (x == y)
-        return (a & 0x8000u) ? a : b;
-    return x < y ? a : b;
-}
-
-static uint16_t max_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    if (bf16_is_nan(a))
-        return bf16_is_nan(b) ? 0x7FFFu : b;
-    if (bf16_is_nan(b))
-        return a;
-    double x = bf16_value(a), y = bf16_value(b);
-    if (x == y)
-        return (a & 0x8000u) ? b : a;
-    return x > y ? a : b;
-}
-
-static uint16_t max_xorsign_abs_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    uint16_t m = max_lane(a & 0x7FFFu, b & 0x7FFFu, 0);
-    return (uint16_t)((m & 0x7FFFu) | ((a ^ b) & 0x8000u));
-}
-
 static uint32_t bf16x2_mul(uint32_t a, uint32_t b) { return per_lane(mul_lane, a, b, 0); }
 static uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
     return per_lane(fma_lane, a, b, c);
 }
-static uint32_t bf16x2_min(uint32_t a, uint32_t b) { return per_lane(min_lane, a, b, 0); }
-static uint32_t bf16x2_max(uint32_t a, uint32_t b) { return per_lane(max_lane, a, b, 0); }
+
+static uint32_t bf16x2_min(uint32_t a, uint32_t b) { return packed_min(&bf16_format, a, b); }
+static uint32_t bf16x2_max(uint32_t a, uint32_t b) { return packed_max(&bf16_format, a, b); }
 static uint32_t bf16x2_max_xorsign_abs(uint32_t a, uint32_t b) {
-    return per_lane(max_xorsign_abs_lane, a, b, 0);
+    return packed_max_xorsign_abs(&bf16_format, a, b);
 }
 
 /* ---- stdlib/fp4.tk, line for line ---------------------------------------- */
