@@ -18,10 +18,7 @@
  * about the counted bytes.
  *
  * The fused row runs the library's instance (stores .cs, x under an L2
- * evict_last policy, pos_to_token plain); its A/B partner launches the
- * bench-only instance that also reads pos_to_token with evict_last
- * (kernels/quant_channel.tk), the best combination before x could be
- * hinted alone.
+ * evict_last policy, pos_to_token plain; kernels/quant_channel.tk).
  *
  * Each row is checked bit-exactly against tests/ref/channel_cast.c after
  * its warm-up launch.
@@ -34,21 +31,7 @@
 #include "channel_cast.h"
 #include "reference.h"
 
-/* The bench-only instance of per_channel_cast__plain (its launcher lives
- * in libtk; tk_kernels.h is not on tkbench's include path).  It takes the
- * tensors tk_per_channel_cast_fused passes for bf16 input with a gather. */
-tk_status tkl_per_channel_cast__plain__bf16_gather_round_pos_el(const tk_tensor *x,
-                                                                const tk_tensor *pos,
-                                                                const tk_tensor *out,
-                                                                const tk_tensor *sf,
-                                                                tk_stream stream);
-
-/* BENCH_FUSED_GATHER_POS_EL: the fused row through the instance above. */
-enum channel_entry { BENCH_CAST, BENCH_FUSED_GATHER, BENCH_FUSED_GATHER_POS_EL, BENCH_TRANSPOSE };
-
-static bool is_fused_gather(enum channel_entry entry) {
-    return entry == BENCH_FUSED_GATHER || entry == BENCH_FUSED_GATHER_POS_EL;
-}
+enum channel_entry { BENCH_CAST, BENCH_FUSED_GATHER, BENCH_TRANSPOSE };
 
 typedef struct channel_params {
     enum channel_entry entry;
@@ -96,7 +79,7 @@ static bool channel_setup(const tkb_context *ctx, const tkb_case *c, void **stat
     b->hidden = p->hidden;
     b->tokens = p->tokens;
     b->rows = p->tokens;
-    if (is_fused_gather(p->entry)) {
+    if (p->entry == BENCH_FUSED_GATHER) {
         b->host_pos = ref_channel_moe_positions(4001, 8, 32, 8, 128, ctx->seed, &b->tokens,
                                                 &b->rows);
         if (b->host_pos == NULL)
@@ -140,14 +123,10 @@ static tk_status channel_launch(void *state) {
         tk_tensor out = tkb_tensor(b->out, TK_E4M3, 2, out_shape, NULL);
         return tk_per_channel_cast(&x, p->num_per_tokens, p->round_sf, &out, &sf, NULL);
     }
-    case BENCH_FUSED_GATHER:
-    case BENCH_FUSED_GATHER_POS_EL: {
+    case BENCH_FUSED_GATHER: {
         tk_tensor out = tkb_tensor(b->out, TK_E4M3, 2, out_shape, NULL);
         int64_t pos_shape[1] = {b->rows};
         tk_tensor pos = tkb_tensor(b->pos, TK_I32, 1, pos_shape, NULL);
-        if (p->entry == BENCH_FUSED_GATHER_POS_EL)
-            return tkl_per_channel_cast__plain__bf16_gather_round_pos_el(&x, &pos, &out, &sf,
-                                                                         NULL);
         return tk_per_channel_cast_fused(&x, NULL, 0, p->num_per_tokens, p->round_sf, &pos,
                                          &out, &sf, NULL);
     }
@@ -192,8 +171,6 @@ static bool channel_verify(const tkb_context *ctx, void *state, char *detail, si
 static const channel_params CAST_ROUND = {BENCH_CAST, 8064, 7168, 128, true};
 static const channel_params CAST_PLAIN = {BENCH_CAST, 8064, 7168, 128, false};
 static const channel_params FUSED_GATHER = {BENCH_FUSED_GATHER, 0, 7168, 128, true};
-static const channel_params FUSED_GATHER_POS_EL = {BENCH_FUSED_GATHER_POS_EL, 0, 7168, 128,
-                                                   true};
 static const channel_params TRANSPOSE_128 = {BENCH_TRANSPOSE, 8064, 7168, 128, true};
 static const channel_params TRANSPOSE_32 = {BENCH_TRANSPOSE, 8064, 7168, 32, true};
 
@@ -205,9 +182,6 @@ static const tkb_case CHANNEL_CASES[] = {
     {"per_channel_cast_fused", "moe 8 ranks top-8 x7168",
      "bf16->e4m3 128x1 round pos_to_token (align 128)", channel_setup, channel_launch,
      channel_verify, channel_teardown, &FUSED_GATHER},
-    {"per_channel_cast_fused", "moe 8 ranks top-8 x7168",
-     "bf16->e4m3 128x1 round pos_to_token, A/B: pos_to_token evict_last too", channel_setup,
-     channel_launch, channel_verify, channel_teardown, &FUSED_GATHER_POS_EL},
     {"per_channel_cast_and_transpose", "8064x7168", "bf16->e4m3 128x1 round, out (H, T)",
      channel_setup, channel_launch, channel_verify, channel_teardown, &TRANSPOSE_128},
     {"per_channel_cast_and_transpose", "8064x7168", "bf16->e4m3 32x1 round, out (H, T)",

@@ -56,20 +56,6 @@ static const char TENSOR_SOURCE[] =
     "  }\n"
     "}\n";
 
-/* The PTX of entry `name` (up to the next entry), as a heap string. */
-static char *entry_text(const char *ptx, const char *name) {
-    char header[128];
-    snprintf(header, sizeof header, ".entry %s(", name);
-    const char *start = strstr(ptx, header);
-    cr_assert_not_null(start, "no entry %s in %s", name, ptx);
-    const char *end = strstr(start + 1, ".entry ");
-    size_t length = end ? (size_t)(end - start) : strlen(start);
-    char *text = calloc(length + 1, 1);
-    cr_assert_not_null(text);
-    memcpy(text, start, length);
-    return text;
-}
-
 static char *compile(void) {
     int status;
     char *ptx = tkc_test_compile(SOURCE, "hints.tk", &status);
@@ -79,7 +65,7 @@ static char *compile(void) {
 
 Test(codegen_cache_hints, no_hint_keeps_plain_accesses) {
     char *ptx = compile();
-    char *plain = entry_text(ptx, "hinted__plain");
+    char *plain = tkc_test_entry(ptx, "hinted__plain");
     cr_expect_eq(tkc_test_count(plain, "st.global.v4.b32"), 2, "%s", plain);
     cr_expect_eq(tkc_test_count(plain, "ld.global.nc.v4.b32"), 2, "%s", plain);
     cr_expect_eq(tkc_test_count(plain, ".cs"), 0, "%s", plain);
@@ -91,7 +77,7 @@ Test(codegen_cache_hints, no_hint_keeps_plain_accesses) {
 
 Test(codegen_cache_hints, streaming_marks_every_global_access) {
     char *ptx = compile();
-    char *text = entry_text(ptx, "hinted__streaming");
+    char *text = tkc_test_entry(ptx, "hinted__streaming");
     /* the 32 bytes of `out` per thread as two 16-byte stores */
     cr_expect_eq(tkc_test_count(text, "st.global.cs.v4.b32"), 2, "%s", text);
     cr_expect_eq(tkc_test_count(text, "ld.global.cs.nc.v4.b32"), 2, "%s", text);
@@ -111,7 +97,7 @@ Test(codegen_cache_hints, streaming_marks_every_global_access) {
 
 Test(codegen_cache_hints, l2_policies_are_created_once) {
     char *ptx = compile();
-    char *text = entry_text(ptx, "hinted__policy");
+    char *text = tkc_test_entry(ptx, "hinted__policy");
     cr_expect_eq(tkc_test_count(text, "createpolicy.fractional.L2::evict_first.b64"), 1, "%s",
                  text);
     cr_expect_eq(tkc_test_count(text, "createpolicy.fractional.L2::evict_last.b64"), 1, "%s",
@@ -129,7 +115,7 @@ Test(codegen_cache_hints, tensor_hint_replaces_the_launch_hint) {
     int status;
     char *ptx = tkc_test_compile(TENSOR_SOURCE, "tensor_hints.tk", &status);
     cr_assert_eq(status, 0, "tkc failed: %s", ptx);
-    char *last = entry_text(ptx, "gather__last");
+    char *last = tkc_test_entry(ptx, "gather__last");
     /* x under its evict_last, pos plain (cache(default) opts out of the
      * launch's evict_first, so no evict_first policy exists), out .cs */
     cr_expect_eq(tkc_test_count(last, "createpolicy.fractional.L2::evict_last.b64"), 1, "%s",
@@ -140,7 +126,7 @@ Test(codegen_cache_hints, tensor_hint_replaces_the_launch_hint) {
     cr_expect_gt(tkc_test_count(last, "ld.global.nc.b32"), 0, "%s", last);
     cr_expect_eq(tkc_test_count(last, "L2::cache_hint"), 1, "%s", last);
     cr_expect_eq(tkc_test_count(last, "st.global.cs.v4.b32"), 1, "%s", last);
-    char *plain = entry_text(ptx, "gather__plain");
+    char *plain = tkc_test_entry(ptx, "gather__plain");
     /* cache(0) is cache(default): the launch's hint does not apply either */
     cr_expect_eq(tkc_test_count(plain, "createpolicy"), 0, "%s", plain);
     cr_expect_eq(tkc_test_count(plain, "ld.global.nc.v4.b32"), 1, "%s", plain);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ir.h"
+#include "tkc_test_support.h"
 
 /* ---- IR building helpers ----------------------------------------------- */
 
@@ -898,19 +899,6 @@ static char *library_ptx(const char *file) {
     return text;
 }
 
-/* The body of entry `name` (up to the next .entry), copied. */
-static char *entry_text(const char *ptx, const char *name) {
-    char header[256];
-    snprintf(header, sizeof header, ".entry %s(", name);
-    const char *at = strstr(ptx, header);
-    cr_assert_not_null(at, "no entry %s", name);
-    const char *end = strstr(at + 1, ".entry ");
-    size_t length = end ? (size_t)(end - at) : strlen(at);
-    char *text = calloc(1, length + 1);
-    memcpy(text, at, length);
-    return text;
-}
-
 #define BULK_STORE "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
 #define STORE_WAIT "cp.async.bulk.wait_group.read \t0"
 
@@ -922,7 +910,7 @@ static char *entry_text(const char *ptx, const char *name) {
  * and the named barrier that precede the stores. */
 Test(codegen_hopper, tma_store_epilogue) {
     char *ptx = library_ptx("kernels/gemm_bf16_store.tk");
-    char *full = entry_text(ptx, "gemm_bf16_persistent_store__default");
+    char *full = tkc_test_entry(ptx, "gemm_bf16_persistent_store__default");
     cr_assert_eq(occurrences(full, BULK_STORE), 4, "%s", full);
     cr_assert_eq(occurrences(full, "cp.async.bulk.commit_group"), 1, "%s", full);
     cr_assert_eq(occurrences(full, STORE_WAIT), 2, "%s", full);
@@ -944,7 +932,7 @@ Test(codegen_hopper, tma_store_epilogue) {
 
     /* the half tile: two groups of two boxes; the second half waits for
      * the first group, the next tile for the second */
-    char *half = entry_text(ptx, "gemm_bf16_persistent_store_half__default");
+    char *half = tkc_test_entry(ptx, "gemm_bf16_persistent_store_half__default");
     cr_assert_eq(occurrences(half, BULK_STORE), 4, "%s", half);
     cr_assert_eq(occurrences(half, "cp.async.bulk.commit_group"), 2, "%s", half);
     cr_assert_eq(occurrences(half, STORE_WAIT), 3, "%s", half);

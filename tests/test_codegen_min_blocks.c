@@ -28,25 +28,11 @@ static const char SOURCE[] =
     "  }\n"
     "}\n";
 
-/* The PTX of entry `name` (up to the next entry), as a heap string. */
-static char *entry_text(const char *ptx, const char *name) {
-    char header[128];
-    snprintf(header, sizeof header, ".entry %s(", name);
-    const char *start = strstr(ptx, header);
-    cr_assert_not_null(start, "no entry %s in %s", name, ptx);
-    const char *end = strstr(start + 1, ".entry ");
-    size_t length = end ? (size_t)(end - start) : strlen(start);
-    char *text = calloc(length + 1, 1);
-    cr_assert_not_null(text);
-    memcpy(text, start, length);
-    return text;
-}
-
 Test(codegen_min_blocks, directives) {
     int status;
     char *ptx = tkc_test_compile(SOURCE, "min_blocks.tk", &status);
     cr_assert_eq(status, 0, "%s", ptx);
-    char *plain = entry_text(ptx, "plain__default");
+    char *plain = tkc_test_entry(ptx, "plain__default");
     cr_expect_eq(tkc_test_count(plain, ".reqntid 256"), 1, "%s", plain);
     cr_expect_eq(tkc_test_count(plain, ".minnctapersm"), 0, "%s", plain);
     cr_expect_eq(tkc_test_count(plain, ".maxntid"), 0, "%s", plain);
@@ -54,7 +40,7 @@ Test(codegen_min_blocks, directives) {
         const char *entry, *directive;
     } hinted[] = {{"occupied__six", ".minnctapersm 6"}, {"occupied__eight", ".minnctapersm 8"}};
     for (size_t i = 0; i < sizeof hinted / sizeof hinted[0]; i++) {
-        char *text = entry_text(ptx, hinted[i].entry);
+        char *text = tkc_test_entry(ptx, hinted[i].entry);
         cr_expect_eq(tkc_test_count(text, hinted[i].directive), 1, "%s", text);
         cr_expect_eq(tkc_test_count(text, ".maxntid 256"), 1, "%s", text);
         cr_expect_eq(tkc_test_count(text, ".reqntid"), 0, "%s", text);

@@ -243,6 +243,22 @@ static void run_forward(tk_dtype dtype, bool sweep_all) {
         CU(&g, cuMemFree(buffers[i]));
 }
 
+/* x (rows, 2 * half) bf16: gate j of row r is the bf16 pattern
+ * r * half + j (so rows * half >= 65536 covers every pattern once),
+ * except that positive gates of 2^100 and above become negative; the up
+ * half is random normal, drawn from rng. */
+static void fill_special_gates(uint16_t *x, int64_t rows, int64_t half, ref_rng *rng) {
+    const int64_t width = 2 * half;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < half; j++) {
+            uint16_t gate = (uint16_t)(r * half + j);
+            if (gate < 0x8000 && ((gate >> 7) & 0xFF) >= 127 + 100)
+                gate |= 0x8000;
+            x[r * width + j] = gate;
+            x[r * width + half + j] = ref_bf16_from_f32(ref_rng_normal(rng));
+        }
+}
+
 Test(swiglu_forward, bf16_sweep, .timeout = 1800) { run_forward(TK_BF16, true); }
 Test(swiglu_forward, f32_inputs, .timeout = 1800) { run_forward(TK_F32, false); }
 
@@ -268,14 +284,7 @@ Test(swiglu_forward, special_gate_values, .timeout = 300) {
     uint16_t *x = host_alloc((size_t)(rows * width) * 2);
     uint32_t *x32 = host_alloc((size_t)(rows * width) * 4);
     ref_rng rng = ref_rng_seed(test_seed() + 21, 0);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < half; j++) {
-            uint16_t gate = (uint16_t)(r * half + j);
-            if (gate < 0x8000 && ((gate >> 7) & 0xFF) >= 127 + 100)
-                gate |= 0x8000;
-            x[r * width + j] = gate;
-            x[r * width + half + j] = ref_bf16_from_f32(ref_rng_normal(&rng));
-        }
+    fill_special_gates(x, rows, half, &rng);
     for (int64_t i = 0; i < rows * width; i++)
         x32[i] = (uint32_t)x[i] << 16; /* the bf16 value, NaN payloads kept */
     float weights[64];
@@ -447,23 +456,16 @@ Test(swiglu_per_channel, sweep, .timeout = 1800) {
 /* Every bf16 gate pattern (zeros, subnormals, huge values, infinities,
  * NaNs) in each of the 24 options: threads holding a gate outside
  * swiglu_quotient's exact range take the IEEE slow path, which random
- * data seldom reaches.  I = 320 is 10 column tiles, so the last block of
- * the 4-tile loop has two tiles to skip.  Positive gates of 2^100 and
- * above become negative, as in special_gate_values above (their
- * activations would overflow every scale of their channel). */
+ * data seldom reaches.  I = 320 is 10 strips of 32 channels.  Positive
+ * gates of 2^100 and above become negative, as in special_gate_values
+ * above (their activations would overflow every scale of their
+ * channel). */
 Test(swiglu_per_channel, special_gate_values, .timeout = 300) {
     gpu g = gpu_begin();
     const int64_t tokens = 256, half = 320, width = 2 * half;
     uint16_t *x = host_alloc((size_t)(tokens * width) * 2 + 16);
     ref_rng rng = ref_rng_seed(test_seed() + 37, 0);
-    for (int64_t r = 0; r < tokens; r++)
-        for (int64_t j = 0; j < half; j++) {
-            uint16_t gate = (uint16_t)(r * half + j);
-            if (gate < 0x8000 && ((gate >> 7) & 0xFF) >= 127 + 100)
-                gate |= 0x8000;
-            x[r * width + j] = gate;
-            x[r * width + half + j] = ref_bf16_from_f32(ref_rng_normal(&rng));
-        }
+    fill_special_gates(x, tokens, half, &rng);
     size_t out_bytes = (size_t)(tokens * half), sf_bytes = (size_t)(tokens / 32 * half) * 4;
     CUdeviceptr d_x = gpu_alloc(&g, (size_t)(tokens * width) * 2 + 16);
     CUdeviceptr d_out = gpu_alloc(&g, out_bytes + TAIL_BYTES);

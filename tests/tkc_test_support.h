@@ -1,9 +1,11 @@
 /*
  * tkc_test_support.h -- running the tkc driver on a .tk source from a
- * CPU test and inspecting its PTX: the builtin tests (test_log1p.c,
+ * CPU test and inspecting its PTX.  The builtin tests (test_log1p.c,
  * test_rcp_approx.c, test_codegen_bf16x2.c, test_codegen_f16x2.c) check
  * which PTX instructions a builtin lowers to and which diagnostics its
- * misuse gets.  TKC_PATH is the tkc binary the build passes in.
+ * misuse gets; the codegen tests (test_codegen_cache_hints.c,
+ * test_codegen_min_blocks.c, test_codegen_hopper.c) read one entry's PTX.
+ * TKC_PATH is the tkc binary the build passes in.
  */
 #ifndef TK_TESTS_TKC_TEST_SUPPORT_H
 #define TK_TESTS_TKC_TEST_SUPPORT_H
@@ -54,6 +56,21 @@ static inline char *tkc_test_compile(const char *source, const char *file_name, 
     remove(ptx);
     remove(log);
     rmdir(dir);
+    return text;
+}
+
+/* The PTX of entry `name` (up to the next .entry), as a heap string the
+ * caller frees. */
+static inline char *tkc_test_entry(const char *ptx, const char *name) {
+    char header[256];
+    snprintf(header, sizeof header, ".entry %s(", name);
+    const char *start = strstr(ptx, header);
+    cr_assert_not_null(start, "no entry %s in %s", name, ptx);
+    const char *end = strstr(start + 1, ".entry ");
+    size_t length = end ? (size_t)(end - start) : strlen(start);
+    char *text = calloc(length + 1, 1);
+    cr_assert_not_null(text);
+    memcpy(text, start, length);
     return text;
 }
 
