@@ -186,8 +186,8 @@ static tk_status launch(void *opaque) {
     gemm_state *s = opaque;
     /* every row names its instance (the public entry points pick one of
      * them: tk_gemm_bf16 the persistent one with the TMA-store epilogue,
-     * tk_gemm_fp8_blockscaled the persistent 128 x 128 one with the
-     * TMA-store epilogue) */
+     * tk_gemm_fp8_blockscaled the persistent 192 x 128 one on three
+     * consumer warpgroups) */
     if (s->p->input == TK_E4M3)
         return tk__gemm_fp8_blockscaled_variant(&s->ta, &s->tsfa, &s->tb, &s->tsfb, &s->td,
                                                 s->p->variant, NULL);
@@ -301,7 +301,7 @@ static bool verify(const tkb_context *ctx, void *opaque, char *detail, size_t si
  * are what docs/perf.md and --filter name, so a kept row keeps its label
  * word for word.  The public entry points: tk_gemm_bf16 runs
  * TK__GEMM_PERSISTENT_STORE, tk_gemm_fp8_blockscaled
- * TK__GEMM_FP8_PERSISTENT_STORE (their labels say so). */
+ * TK__GEMM_FP8_TALL_PERSISTENT_STORE (their labels say so). */
 static const struct {
     const char *kernel;
     tk_dtype input;
@@ -312,34 +312,24 @@ static const struct {
     {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_DEFAULT, "e4m3 1x128,128x128 ->bf16"},
     /* gemm_bf16's persistent instances (kernels/gemm_persistent.tk) */
     {"gemm_bf16_persistent", TK_BF16, TK__GEMM_PERSISTENT, "bf16 bands of 8"},
-    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_WIDE, "e4m3 256x128 tiles"},
     {"gemm_bf16_persistent", TK_BF16, TK__GEMM_PERSISTENT_BAND16, "bf16 bands of 16"},
     /* ... with the TMA-store epilogue (kernels/gemm_bf16_store.tk) */
     {"gemm_bf16_persistent", TK_BF16, TK__GEMM_PERSISTENT_STORE,
      "bf16 (tk_gemm_bf16) TMA-store epilogue, 3 stages + tile"},
     {"gemm_bf16_persistent", TK_BF16, TK__GEMM_PERSISTENT_STORE_HALF,
      "bf16 TMA-store epilogue, 4 stages + half tile"},
-    /* two blocks per cluster share one operand tile through TMA multicast
+    /* two blocks per cluster share B's tile through TMA multicast
      * (docs/hopper.md 11) */
     {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_CLUSTER2, "e4m3 128x128 cluster 2, B multicast"},
-    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_WIDE_CLUSTER2,
-     "e4m3 256x128 cluster 2, A multicast"},
-    /* one block per SM walks the tiles (kernels/gemm_fp8_persistent.tk) */
-    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_PERSISTENT,
-     "e4m3 128x128 persistent, bands of 8"},
-    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_PERSISTENT_BAND16,
-     "e4m3 128x128 persistent, bands of 16"},
-    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
-     "e4m3 128x128 persistent, B multicast"},
-    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_WIDE_PERSISTENT,
-     "e4m3 256x128 persistent, bands of 8"},
-    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2,
-     "e4m3 256x128 persistent, A multicast"},
-    /* ... with the TMA-store epilogue (kernels/gemm_fp8_store.tk) */
+    /* one block per SM walks the tiles, TMA-store epilogue: 128 x 128
+     * tiles on two consumer warpgroups (kernels/gemm_fp8_store.tk) */
     {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_PERSISTENT_STORE,
-     "e4m3 (tk_gemm_fp8_blockscaled) 128x128 persistent, TMA-store epilogue"},
-    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_WIDE_PERSISTENT_STORE,
-     "e4m3 256x128 persistent, TMA-store epilogue"},
+     "e4m3 128x128 persistent, TMA-store epilogue"},
+    /* 192 x 128 tiles on three consumer warpgroups (kernels/gemm_fp8_tall.tk) */
+    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_TALL_PERSISTENT_STORE,
+     "e4m3 (tk_gemm_fp8_blockscaled) 192x128 3 WGs, bands of 12, TMA-store epilogue"},
+    {"gemm_fp8_blockscaled", TK_E4M3, TK__GEMM_FP8_TALL_PERSISTENT_STORE_BAND16,
+     "e4m3 192x128 3 WGs, bands of 16, TMA-store epilogue"},
 };
 
 /* The shapes: a square one and a MoE expert's. */

@@ -100,6 +100,10 @@ typedef struct result {
     timing time;    /* our kernel */
     timing ceiling; /* compute rows: the vendor launches interleaved with ours */
     double gbs, percent_copy;
+    /* memory rows: the median time of a device-to-device copy moving the
+     * same bytes (bytes / 2 read, bytes / 2 written), timed the same way
+     * right after the kernel; 0 = not measured */
+    double same_copy_us;
     double tflops, ceiling_tflops; /* compute-bound rows; 0 = none */
     /* compute rows: the SM clock (MHz), board power and what limits the
      * clock, read under load right after the timing; 0 and "" = unknown */
@@ -446,6 +450,47 @@ static void summarise(float *times, int count, timing *t) {
 /* The timed part of a memory-bound row: --iters launches, each through
  * time_one; fills r's statistics.  Returns false (r->check = "error") on
  * failure. */
+/* The copy of a same-size row: one cuMemcpyDtoD of bytes / 2. */
+typedef struct same_copy {
+    bench_context *ctx;
+    CUdeviceptr source, destination;
+    size_t bytes;
+} same_copy;
+
+static tk_status launch_same_copy(void *state) {
+    same_copy *c = state;
+    return c->ctx->api->cuMemcpyDtoD(c->destination, c->source, c->bytes) == CUDA_SUCCESS
+               ? TK_SUCCESS
+               : TK_ERROR_LAUNCH;
+}
+
+/* The floor of a small problem: the 4 GiB copy rate is a steady state
+ * that a kernel of a few microseconds cannot reach (its launch, ramp and
+ * tail are a large part of its time), so memory rows also time a copy
+ * of the same bytes with the same flush and events.  A failed
+ * allocation or copy leaves same_copy_us at 0; the row stands. */
+static void time_same_copy(bench_context *ctx, result *r) {
+    same_copy c = {ctx, 0, 0, (size_t)(r->bytes / 2) & ~(size_t)255};
+    float *times = malloc((size_t)ctx->iters * sizeof *times);
+    char detail[200];
+    bool ok = times && c.bytes > 0 &&
+              ctx->api->cuMemAlloc(&c.source, c.bytes) == CUDA_SUCCESS &&
+              ctx->api->cuMemAlloc(&c.destination, c.bytes) == CUDA_SUCCESS &&
+              ctx->api->cuMemsetD8(c.source, 0x3C, c.bytes) == CUDA_SUCCESS;
+    for (int i = 0; ok && i < ctx->iters; i++)
+        ok = time_one(ctx, launch_same_copy, &c, (unsigned)i, &times[i], detail, sizeof detail);
+    if (ok) {
+        timing t;
+        summarise(times, ctx->iters, &t);
+        r->same_copy_us = t.median_us;
+    }
+    if (c.source)
+        ctx->api->cuMemFree(c.source);
+    if (c.destination)
+        ctx->api->cuMemFree(c.destination);
+    free(times);
+}
+
 static bool time_launches(bench_context *ctx, launch_fn launch_once, void *state,
                           result *r) {
     float *times = malloc((size_t)ctx->iters * sizeof *times);
@@ -457,6 +502,7 @@ static bool time_launches(bench_context *ctx, launch_fn launch_once, void *state
         summarise(times, ctx->iters, &r->time);
         r->gbs = r->bytes / (r->time.median_us * 1e-6) / 1e9;
         r->percent_copy = ctx->copy_gbs > 0 ? 100.0 * r->gbs / ctx->copy_gbs : 0;
+        time_same_copy(ctx, r);
     } else {
         r->check = "error";
     }
@@ -474,7 +520,7 @@ static bool run_bench(bench_context *ctx, const bench *b, result *r) {
     r->check = "error";
     r->bytes = 0;
     memset(&r->time, 0, sizeof r->time);
-    r->gbs = r->percent_copy = 0;
+    r->gbs = r->percent_copy = r->same_copy_us = 0;
     r->detail[0] = 0;
     bool ok = alloc_buffers(ctx, &buf) && make_inputs(&buf) &&
               CU(ctx, cuMemcpyHtoD(buf.x, buf.host_x, buf.x_bytes));
@@ -676,7 +722,7 @@ static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
     r->bytes = 0;
     memset(&r->time, 0, sizeof r->time);
     memset(&r->ceiling, 0, sizeof r->ceiling);
-    r->gbs = r->percent_copy = r->tflops = r->ceiling_tflops = r->power_w = 0;
+    r->gbs = r->percent_copy = r->same_copy_us = r->tflops = r->ceiling_tflops = r->power_w = 0;
     r->sm_clock_mhz = 0;
     r->clock_limit = "";
     r->detail[0] = 0;
@@ -751,13 +797,14 @@ static void print_compute_table(const result *results, const bool *selected, siz
 
 /* The CSV: one row per benchmark that ran.  The first 14 columns are
  * those of earlier runs; compute rows add the interleaved ceiling's
- * statistics and the clock read under load after their timing. */
+ * statistics and the clock read under load after their timing; the
+ * last, memory rows' same-size copy time. */
 static void write_csv(FILE *out, const bench_context *ctx, const result *results,
                       const bool *selected, size_t total) {
     fprintf(out, "kernel,shape,config,bytes,time_us,min_us,p20_us,p80_us,gbs,pct_copy,check,"
                  "tflops,ceiling_tflops,pct_ceiling,ceiling_us,ceiling_min_us,ceiling_p20_us,"
-                 "ceiling_p80_us,sm_mhz,power_w,clock_limit\n");
-    fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok,,,,,,,,,,\n",
+                 "ceiling_p80_us,sm_mhz,power_w,clock_limit,same_copy_us\n");
+    fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok,,,,,,,,,,,\n",
             2.0 * (double)COPY_BYTES, 2.0 * (double)COPY_BYTES / (ctx->copy_gbs * 1e9) * 1e6,
             ctx->copy_gbs);
     for (size_t i = 0; i < total; i++) {
@@ -778,10 +825,14 @@ static void write_csv(FILE *out, const bench_context *ctx, const result *results
         else
             fprintf(out, ",,,,,,,");
         if (r->sm_clock_mhz > 0)
-            fprintf(out, ",%d,%.0f,%s\n", r->sm_clock_mhz, r->power_w,
+            fprintf(out, ",%d,%.0f,%s", r->sm_clock_mhz, r->power_w,
                     r->clock_limit ? r->clock_limit : "");
         else
-            fprintf(out, ",,,\n");
+            fprintf(out, ",,,");
+        if (r->same_copy_us > 0)
+            fprintf(out, ",%.2f\n", r->same_copy_us);
+        else
+            fprintf(out, ",\n");
     }
 }
 
@@ -879,16 +930,21 @@ int main(int argc, char **argv) {
         ran++;
     }
 
-    printf("\n%-22s %-14s %-38s %10s %9s %7s  %s\n", "kernel", "shape", "config", "time us",
-           "GB/s", "% copy", "check");
+    printf("\n%-22s %-14s %-38s %10s %9s %7s %9s  %s\n", "kernel", "shape", "config",
+           "time us", "GB/s", "% copy", "% same", "check");
     for (size_t i = 0; i < total; i++) {
         if (!selected[i])
             continue;
         const result *r = &results[i];
-        printf("%-22s %-14s %-38s %10.2f %9.1f %7.1f  %s%s%s\n", r->kernel, r->shape,
-               r->config, r->time.median_us, r->gbs, r->percent_copy, r->check,
+        char same[16] = "-";
+        if (r->same_copy_us > 0 && r->time.median_us > 0)
+            snprintf(same, sizeof same, "%.1f", 100.0 * r->same_copy_us / r->time.median_us);
+        printf("%-22s %-14s %-38s %10.2f %9.1f %7.1f %9s  %s%s%s\n", r->kernel, r->shape,
+               r->config, r->time.median_us, r->gbs, r->percent_copy, same, r->check,
                r->detail[0] ? ": " : "", r->detail);
     }
+    printf("(%% same: a device-to-device copy of the row's bytes, timed the same way, over "
+           "the kernel's time)\n");
     print_compute_table(results, selected, total);
     printf("copy ceiling %.0f GB/s; %d kernel(s) run; %s\n", ctx.copy_gbs, ran,
            all_ok ? "all checks passed" : "SOME CHECKS FAILED");

@@ -567,6 +567,12 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
     case INTR_F16X2_FMA: return b32_asm(cg, e, "fma.rn.f16x2 $0, $1, $2, $3;");
     case INTR_F16X2_MIN: return b32_asm(cg, e, "min.f16x2 $0, $1, $2;");
     case INTR_F16X2_MAX: return b32_asm(cg, e, "max.f16x2 $0, $1, $2;");
+    /* NaN-propagating: one NaN operand makes the half NaN */
+    case INTR_F16X2_MAX_NAN: return b32_asm(cg, e, "max.NaN.f16x2 $0, $1, $2;");
+    case INTR_F16X2_LOW2:
+        return b32_asm(cg, e, "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; mov.b32 $0, {lo, lo}; }");
+    case INTR_F16X2_HIGH2:
+        return b32_asm(cg, e, "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; mov.b32 $0, {hi, hi}; }");
     case INTR_F16X2_MAX_XORSIGN_ABS:
         return b32_asm(cg, e, "max.xorsign.abs.f16x2 $0, $1, $2;");
     /* ptxas folds it into a later HFMA2's operand as |R| */

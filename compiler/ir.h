@@ -205,6 +205,11 @@ typedef enum {
     X(F16X2_FMA, "f16x2_fma", 3, INTR_PURE)     /* fma.rn.f16x2 */           \
     X(F16X2_MIN, "f16x2_min", 2, INTR_PURE)     /* min.f16x2: NaN-dropping */ \
     X(F16X2_MAX, "f16x2_max", 2, INTR_PURE)     /* max.f16x2: NaN-dropping */ \
+    X(F16X2_MAX_NAN, "f16x2_max_nan", 2, INTR_PURE) /* max.NaN.f16x2 */   \
+    /* the low / high half in both halves: ptxas folds it into a later\
+     * f16x2 operand as R.H0_H0 / R.H1_H1 */                              \
+    X(F16X2_LOW2, "f16x2_low2", 1, INTR_PURE)                               \
+    X(F16X2_HIGH2, "f16x2_high2", 1, INTR_PURE)                             \
     X(F16X2_MAX_XORSIGN_ABS, "f16x2_max_xorsign_abs", 2, INTR_PURE)          \
     X(F16X2_ABS, "f16x2_abs", 1, INTR_PURE)     /* abs.f16x2: signs cleared */ \
     /* the two e4m3 bytes in bits 0..15 -> f16x2 (exact): cvt.rn.f16x2.e4m3x2 */ \

@@ -149,6 +149,8 @@ static Value builtin_call(Lower *lower, const AstNode *node, bool *found) {
         {"prmt", INTR_PRMT, 3},
         {"f16x2_mul", INTR_F16X2_MUL, 2}, {"f16x2_fma", INTR_F16X2_FMA, 3},
         {"f16x2_min", INTR_F16X2_MIN, 2}, {"f16x2_max", INTR_F16X2_MAX, 2},
+        {"f16x2_max_nan", INTR_F16X2_MAX_NAN, 2},
+        {"f16x2_low2", INTR_F16X2_LOW2, 1}, {"f16x2_high2", INTR_F16X2_HIGH2, 1},
         {"f16x2_max_xorsign_abs", INTR_F16X2_MAX_XORSIGN_ABS, 2},
         {"f16x2_abs", INTR_F16X2_ABS, 1},
         {"e4m3x2_f16x2", INTR_E4M3X2_F16X2, 1},

@@ -52,7 +52,7 @@ static const char *const VARIANT_NAMES[] = {"default", "tma_off", "ws_off", "per
                                             "persistent_store", "persistent_store_half"};
 /* The fp8 GEMM's instances (variants_pick_their_instances); gemm_bf16
  * has the eight of VARIANTS. */
-#define FP8_VARIANTS 15
+#define FP8_VARIANTS 8
 #define BF16_VARIANTS 8
 
 /* A variant's name in the messages. */
@@ -272,24 +272,20 @@ Test(gemm_check, passes_f32_accumulation_and_fails_a_short_k) {
 
 /* Every variant against the reference; the others equal to the default
  * bit for bit (the persistent and cluster instances visit the tiles in
- * another order, the cluster ones multicast a shared operand tile, but
- * each tile is computed the same way; the 128 x 128 fp8 store kernel
- * loads its B scales a step early, but promotes the same products in the
- * same order). */
+ * another order, the cluster ones multicast B's tile, but each tile is
+ * computed the same way; the 128 x 128 fp8 store kernel loads its B
+ * scales a step early, and the 192-row one splits a tile over three
+ * warpgroups, but they promote the same products in the same order). */
 static void check_all_variants(problem *p) {
-    /* the fp8 GEMM's variants: the first three, then its 256-row kernel */
+    /* the fp8 GEMM's variants: the instances of kernels/gemm.tk, then the
+     * persistent store kernels (tk_gemm_fp8_blockscaled runs tall) */
     static const tk__gemm_variant FP8_LIST[] = {
-        TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF, TK__GEMM_WIDE,
-        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2,
-        TK__GEMM_FP8_PERSISTENT, TK__GEMM_FP8_PERSISTENT_WS_OFF,
-        TK__GEMM_FP8_PERSISTENT_BAND16, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
-        TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2,
-        TK__GEMM_FP8_PERSISTENT_STORE, TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
+        TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF,
+        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_FP8_PERSISTENT_STORE,
+        TK__GEMM_FP8_TALL_PERSISTENT_STORE, TK__GEMM_FP8_TALL_PERSISTENT_STORE_BAND16};
     static const char *const FP8_NAMES[] = {
-        "default", "tma_off", "ws_off", "wide", "cluster2", "cluster2_ws_off", "wide_cluster2",
-        "persistent", "persistent_ws_off", "persistent_band16", "persistent_cluster2",
-        "wide_persistent", "wide_persistent_cluster2", "persistent_store",
-        "wide_persistent_store"};
+        "default", "tma_off", "ws_off", "cluster2", "cluster2_ws_off", "persistent_store",
+        "tall_persistent_store", "tall_persistent_store_band16"};
     _Static_assert(sizeof FP8_LIST / sizeof FP8_LIST[0] == FP8_VARIANTS, "fp8 variants");
     _Static_assert(sizeof FP8_NAMES / sizeof FP8_NAMES[0] == FP8_VARIANTS, "fp8 names");
     bool fp8 = p->input == TK_E4M3;
@@ -378,26 +374,25 @@ Test(gemm_fp8_blockscaled, ragged_m_n_k) {
     fp8_case(1, 8, 144, TK_SF_ROW_MAJOR, 14);
 }
 
-/* The cluster instances pair tiles: two vertically adjacent 128-row tiles
- * (cluster2, sharing B) or two horizontally adjacent 128-column tiles
- * (wide_cluster2, sharing A).  An odd count of tile rows (cluster2) or
- * tile columns (wide_cluster2) leaves the second block of the last pair
- * with no tile; it must still load its half of the shared box and release
- * its slots, or its partner hangs.  K from one ragged block (16) to odd
- * counts of scale blocks (9, 5) and 17 blocks (the ring wraps). */
+/* The cluster instances (cluster2, cluster2_ws_off) pair two vertically
+ * adjacent 128-row tiles that share B.  An odd count of tile rows leaves
+ * the second block of the last pair with no tile; it must still load its
+ * half of the shared box and release its slots, or its partner hangs.
+ * K from one ragged block (16) to odd counts of scale blocks (9, 5) and
+ * 17 blocks (the ring wraps). */
 Test(gemm_fp8_blockscaled, cluster_partner_without_tile, .timeout = 300) {
     fp8_case(264, 136, 1040, TK_SF_ROW_MAJOR, 21);  /* 3 tile rows: no partner tile */
-    fp8_case(136, 264, 16, TK_SF_ROW_MAJOR, 22);    /* 3 tile columns (wide) */
-    fp8_case(392, 392, 2176, TK_SF_ROW_MAJOR, 23);  /* 4 x 4, wide: 2 rows x 4 cols */
+    fp8_case(136, 264, 16, TK_SF_ROW_MAJOR, 22);    /* 2 x 3 tiles, one K block */
+    fp8_case(392, 392, 2176, TK_SF_ROW_MAJOR, 23);  /* 4 x 4: every pair whole */
     fp8_case(8, 8, 128, TK_SF_COL_MAJOR, 24);       /* one tile; every partner empty */
     fp8_case(1000, 776, 528, TK_SF_ROW_MAJOR, 25);  /* 8 x 7 tiles, bands cut short */
 }
 
 /* More tiles than SMs, so the persistent instances' blocks walk several
  * tiles each (the pipeline's stages and parities carry over from one tile
- * to the next): 128 x 128, 256 x 128 and the tile pairs of the cluster
- * forms all outnumber 132 blocks / 66 clusters; ragged edges, an odd
- * number of K blocks (the last step's zero part1) and a one-step K. */
+ * to the next): the 128 x 128 tiles (given below) and the 192 x 128 ones
+ * (11 x 17, 12 x 15, 11 x 18) all outnumber 132 blocks; ragged edges, an
+ * odd number of K blocks (the last step's zero part1) and a one-step K. */
 Test(gemm_fp8_blockscaled, persistent_walks_many_tiles, .timeout = 600) {
     fp8_case(1928, 2056, 400, TK_SF_ROW_MAJOR, 31);  /* 16 x 17 tiles, K blocks 4 */
     fp8_case(2184, 1800, 272, TK_SF_COL_MAJOR, 32);  /* 18 x 15 tiles, K blocks 3 */
@@ -405,15 +400,15 @@ Test(gemm_fp8_blockscaled, persistent_walks_many_tiles, .timeout = 600) {
 }
 
 /* The TMA-store epilogues of the persistent fp8 kernels
- * (kernels/gemm_fp8_store.tk) write whole 128 x 64 boxes and rely on d's
- * tensor map to clip them: M one row past a 256-row tile (the wide
- * kernel's last top boxes hold one row and its bottom boxes none, the
- * 128-row kernel's last tile row one), N ending 8 columns into the
- * second box of the last tile column, N = 8 (every tile's second box
- * wholly outside), K from one and a half scale blocks to three (the
- * last step's zero part1), and, with more tiles than SMs (18 x 35 and
- * 9 x 35 tiles), ragged edges on tiles whose block still has the stores
- * of its previous tile in flight.  The poisoned bytes after d catch a
+ * (kernels/gemm_fp8_store.tk, gemm_fp8_tall.tk) write whole boxes of 64
+ * columns and rely on d's tensor map to clip them: M one row past two
+ * 128-row tiles (the 128-row kernel's last tile row holds one row, the
+ * 192-row kernel's 65: its third warpgroup's rows all clipped), N ending
+ * 8 columns into the second box of the last tile column, N = 8 (every
+ * tile's second box wholly outside), K from one and a half scale blocks
+ * to three (the last step's zero part1), and, with more tiles than SMs
+ * (18 x 35 and 12 x 35 tiles), ragged edges on tiles whose block still
+ * has the stores of its previous tile in flight.  The poisoned bytes after d catch a
  * store past its end; every instance must still equal the default bit
  * for bit. */
 Test(gemm_fp8_blockscaled, tma_store_edges, .timeout = 300) {
@@ -422,7 +417,7 @@ Test(gemm_fp8_blockscaled, tma_store_edges, .timeout = 300) {
     fp8_case(2177, 4360, 144, TK_SF_ROW_MAJOR, 43);
 }
 
-/* persistent_store (tk_gemm_fp8_blockscaled) loads the B scales of step
+/* persistent_store (the 128 x 128 store kernel) loads the B scales of step
  * kk + 1 during step kk and those of a tile's first step before its K
  * loop, each past KB replaced by 0: 9 K blocks (the last 16 deep, alone
  * in the last step) with N ending 72 columns into the last tile column,
@@ -433,6 +428,20 @@ Test(gemm_fp8_blockscaled, tma_store_edges, .timeout = 300) {
 Test(gemm_fp8_blockscaled, prefetched_b_scales, .timeout = 300) {
     fp8_case(300, 1352, 1040, TK_SF_ROW_MAJOR, 53);
     fp8_case(2120, 2696, 144, TK_SF_COL_MAJOR, 54);
+}
+
+/* The 192-row tiles on three consumer warpgroups (kernels/gemm_fp8_tall.tk):
+ * M one row past a tile (the last tile row holds one row: the third
+ * warpgroup's rows and most of the second's are clipped by TMA on load
+ * and store), M one row short of two tiles, 8 K blocks with the last 16
+ * deep; and 23 x 9 tiles (more than SMs, a band of 12 tile rows and one
+ * of 11, or 16 and 7) with 3 K blocks and column-major B scales, so every
+ * block walks several tiles with its store group in flight.  Every
+ * instance equals the default bit for bit. */
+Test(gemm_fp8_blockscaled, three_consumer_warpgroups, .timeout = 300) {
+    fp8_case(193, 264, 912, TK_SF_ROW_MAJOR, 61);
+    fp8_case(383, 136, 16, TK_SF_ROW_MAJOR, 62);
+    fp8_case(4400, 1096, 272, TK_SF_COL_MAJOR, 63);
 }
 
 Test(gemm_fp8_blockscaled, column_major_sfb) {
@@ -584,6 +593,13 @@ Test(gemm_api, fp8_rejects_bad_scales) {
     tk_tensor bf16_a = fake2(TK_BF16, m, k, k, 1, 0);
     expect_rejected(tk_gemm_fp8_blockscaled(&bf16_a, &sfa, &b, &sfb, &d, NULL),
                     TK_ERROR_INVALID_ARGUMENT, "a: dtype");
+    /* the retired instance numbers (api_gemm.h) and gemm_bf16's
+     * persistent ones name no fp8 kernel */
+    static const int unknown[] = {TK__GEMM_PERSISTENT, 6, 9, 10, 11, 12, 13, 14, 15, 27};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        expect_rejected(tk__gemm_fp8_blockscaled_variant(&a, &sfa, &b, &sfb, &d,
+                                                         (tk__gemm_variant)unknown[i], NULL),
+                        TK_ERROR_INVALID_ARGUMENT, "variant");
 }
 
 /* Valid calls pick the instance of their variant (set before the launch,
@@ -623,26 +639,16 @@ Test(gemm_api, variants_pick_their_instances) {
     sfa.data = (void *)(base + 0x30000);
     sfb.data = (void *)(base + 0x40000);
     static const tk__gemm_variant fp8_variants[] = {
-        TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF, TK__GEMM_WIDE,
-        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_WIDE_CLUSTER2,
-        TK__GEMM_FP8_PERSISTENT, TK__GEMM_FP8_PERSISTENT_WS_OFF,
-        TK__GEMM_FP8_PERSISTENT_BAND16, TK__GEMM_FP8_PERSISTENT_CLUSTER2,
-        TK__GEMM_FP8_WIDE_PERSISTENT, TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2,
-        TK__GEMM_FP8_PERSISTENT_STORE, TK__GEMM_FP8_WIDE_PERSISTENT_STORE};
+        TK__GEMM_DEFAULT, TK__GEMM_TMA_OFF, TK__GEMM_WS_OFF,
+        TK__GEMM_CLUSTER2, TK__GEMM_CLUSTER2_WS_OFF, TK__GEMM_FP8_PERSISTENT_STORE,
+        TK__GEMM_FP8_TALL_PERSISTENT_STORE, TK__GEMM_FP8_TALL_PERSISTENT_STORE_BAND16};
     const char *fp8_names[] = {"gemm_fp8_blockscaled__default", "gemm_fp8_blockscaled__tma_off",
                                "gemm_fp8_blockscaled__ws_off",
-                               "gemm_fp8_blockscaled_wide__default",
                                "gemm_fp8_blockscaled__cluster2",
                                "gemm_fp8_blockscaled__cluster2_ws_off",
-                               "gemm_fp8_blockscaled_wide__cluster2",
-                               "gemm_fp8_blockscaled_persistent__default",
-                               "gemm_fp8_blockscaled_persistent__ws_off",
-                               "gemm_fp8_blockscaled_persistent__band16",
-                               "gemm_fp8_blockscaled_persistent__cluster2",
-                               "gemm_fp8_blockscaled_wide_persistent__default",
-                               "gemm_fp8_blockscaled_wide_persistent__cluster2",
                                "gemm_fp8_blockscaled_persistent_store__default",
-                               "gemm_fp8_blockscaled_wide_persistent_store__default"};
+                               "gemm_fp8_blockscaled_tall_persistent_store__default",
+                               "gemm_fp8_blockscaled_tall_persistent_store__band16"};
     _Static_assert(sizeof fp8_variants / sizeof fp8_variants[0] == FP8_VARIANTS,
                    "one fp8 variant per name");
     _Static_assert(sizeof fp8_names / sizeof fp8_names[0] == FP8_VARIANTS,

@@ -589,7 +589,8 @@ TK_API tk_status tk_gemm_bf16(const tk_tensor *a, const tk_tensor *b,
  * sfb: f32 (ceil(N/128), ceil(K/128)), one scale per 128 x 128 block of
  * b as tk_per_block_cast(..., 128, 128, ...) writes it, any strides
  * (row- or column-major).  Every scale tensor 16-byte aligned.  Runs
- * the 256 x 128-tile kernel (kernels/gemm_fp8_wide.tk). */
+ * the persistent 192 x 128-tile kernel on three consumer warpgroups
+ * (kernels/gemm_fp8_tall.tk). */
 TK_API tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a,
                                          const tk_tensor *sfa,
                                          const tk_tensor *b,

@@ -6,8 +6,10 @@
  * bf16 D.  The kernels read A and B through TMA tensor maps, which need
  * every row to start on a 16-byte boundary (K % 8 for bf16, K % 16 for
  * e4m3) and dense rows, so the operands must be contiguous; D is stored
- * with predicated stores from the MMA fragment, N % 8 keeping its rows
- * aligned for the paired stores.
+ * with predicated stores from the MMA fragment or, in the persistent
+ * store kernels that the entry points run, through shared memory and TMA
+ * stores clipped by d's tensor map; N % 8 keeps its rows 16-byte
+ * aligned for both.
  *
  * The fp8 GEMM takes A's scales exactly as tk_per_token_cast writes them
  * with num_per_channels 128 and TK_SF_COL_MAJOR (f32 (M, ceil(K/128)),
@@ -19,18 +21,17 @@
  * (a tensor map cannot describe an empty matrix); M == 0 or N == 0 does
  * nothing.
  *
- * The cluster instances of the fp8 GEMM (TK__GEMM_CLUSTER2*, _WIDE_CLUSTER2)
- * run two blocks per cluster that share one operand tile through TMA
- * multicast (docs/hopper.md 11); the launchers round the grid up to whole
- * clusters and launch through cuLaunchKernelEx.
+ * The cluster instances of the fp8 GEMM (TK__GEMM_CLUSTER2*) run two
+ * blocks per cluster that share one B tile through TMA multicast
+ * (docs/hopper.md 11); the launchers round the grid up to whole clusters
+ * and launch through cuLaunchKernelEx.
  *
  * The persistent instances of gemm_bf16 (kernels/gemm_persistent.tk,
- * gemm_bf16_store.tk) and of the fp8 GEMM (kernels/gemm_fp8_persistent.tk,
- * gemm_fp8_store.tk) take the SM count of
- * the current context's device, read once per device through the driver
- * table and cached: the kernel launches min(SMs, tiles) blocks (the
- * cluster ones whole clusters of them) and steps over the tiles by the
- * SM count.
+ * gemm_bf16_store.tk) and of the fp8 GEMM (kernels/gemm_fp8_store.tk,
+ * gemm_fp8_tall.tk) take the SM count of the current context's device,
+ * read once per device through the driver table and cached: the kernel
+ * launches min(SMs, tiles) blocks and steps over the tiles by the SM
+ * count.
  */
 #include "api_gemm.h"
 #include "tk_internal.h"
@@ -93,29 +94,16 @@ static const struct {
     {TK__GEMM_DEFAULT, "gemm_fp8_blockscaled__default", tkl_gemm_fp8_blockscaled__default, NULL},
     {TK__GEMM_TMA_OFF, "gemm_fp8_blockscaled__tma_off", tkl_gemm_fp8_blockscaled__tma_off, NULL},
     {TK__GEMM_WS_OFF, "gemm_fp8_blockscaled__ws_off", tkl_gemm_fp8_blockscaled__ws_off, NULL},
-    {TK__GEMM_WIDE, "gemm_fp8_blockscaled_wide__default",
-     tkl_gemm_fp8_blockscaled_wide__default, NULL},
     {TK__GEMM_CLUSTER2, "gemm_fp8_blockscaled__cluster2", tkl_gemm_fp8_blockscaled__cluster2, NULL},
     {TK__GEMM_CLUSTER2_WS_OFF, "gemm_fp8_blockscaled__cluster2_ws_off",
      tkl_gemm_fp8_blockscaled__cluster2_ws_off, NULL},
-    {TK__GEMM_WIDE_CLUSTER2, "gemm_fp8_blockscaled_wide__cluster2",
-     tkl_gemm_fp8_blockscaled_wide__cluster2, NULL},
-    {TK__GEMM_FP8_PERSISTENT, "gemm_fp8_blockscaled_persistent__default", NULL,
-     tkl_gemm_fp8_blockscaled_persistent__default},
-    {TK__GEMM_FP8_PERSISTENT_WS_OFF, "gemm_fp8_blockscaled_persistent__ws_off", NULL,
-     tkl_gemm_fp8_blockscaled_persistent__ws_off},
-    {TK__GEMM_FP8_PERSISTENT_BAND16, "gemm_fp8_blockscaled_persistent__band16", NULL,
-     tkl_gemm_fp8_blockscaled_persistent__band16},
-    {TK__GEMM_FP8_PERSISTENT_CLUSTER2, "gemm_fp8_blockscaled_persistent__cluster2", NULL,
-     tkl_gemm_fp8_blockscaled_persistent__cluster2},
-    {TK__GEMM_FP8_WIDE_PERSISTENT, "gemm_fp8_blockscaled_wide_persistent__default", NULL,
-     tkl_gemm_fp8_blockscaled_wide_persistent__default},
-    {TK__GEMM_FP8_WIDE_PERSISTENT_CLUSTER2, "gemm_fp8_blockscaled_wide_persistent__cluster2",
-     NULL, tkl_gemm_fp8_blockscaled_wide_persistent__cluster2},
     {TK__GEMM_FP8_PERSISTENT_STORE, "gemm_fp8_blockscaled_persistent_store__default", NULL,
      tkl_gemm_fp8_blockscaled_persistent_store__default},
-    {TK__GEMM_FP8_WIDE_PERSISTENT_STORE, "gemm_fp8_blockscaled_wide_persistent_store__default",
-     NULL, tkl_gemm_fp8_blockscaled_wide_persistent_store__default},
+    {TK__GEMM_FP8_TALL_PERSISTENT_STORE, "gemm_fp8_blockscaled_tall_persistent_store__default",
+     NULL, tkl_gemm_fp8_blockscaled_tall_persistent_store__default},
+    {TK__GEMM_FP8_TALL_PERSISTENT_STORE_BAND16,
+     "gemm_fp8_blockscaled_tall_persistent_store__band16", NULL,
+     tkl_gemm_fp8_blockscaled_tall_persistent_store__band16},
 };
 
 #define TK_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
@@ -346,12 +334,11 @@ tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a, const tk_tensor *sfa,
                                   const tk_tensor *b, const tk_tensor *sfb,
                                   const tk_tensor *d, tk_stream stream)
 {
-    /* the persistent 128 x 128 kernel with the TMA-store epilogue (bands of
-     * 16) measured as fast as the 256 x 128 one at 8192^3 (76.6 against
-     * 78.6 % of cuBLAS, within the clock's spread) and 18 % faster at
-     * 4096 x 7168 x 2048 (941 against 797 TFLOP/s; docs/perf.md); its B
-     * scales loaded one step ahead made 1162 / 1129 TFLOP/s at 8192^3
-     * against 1157 / 1127, and 128 x 192 tiles 1069 at best */
-    return tk__gemm_fp8_blockscaled_variant(a, sfa, b, sfb, d, TK__GEMM_FP8_PERSISTENT_STORE,
+    /* 192 x 128 tiles on three consumer warpgroups (kernels/gemm_fp8_tall.tk),
+     * bands of 12 tile rows: 1214 / 1242 TFLOP/s at 8192^3 and 1031 / 1027
+     * at 4096 x 7168 x 2048 on the H200, against 1074-1172 and 941-964 for
+     * the 128 x 128 store kernel with two consumer warpgroups
+     * (docs/perf.md, 2026-11-30) */
+    return tk__gemm_fp8_blockscaled_variant(a, sfa, b, sfb, d, TK__GEMM_FP8_TALL_PERSISTENT_STORE,
                                             stream);
 }
