@@ -9,7 +9,8 @@
  *   swiglu_backward_and_per_token_cast: the same draw at alignment 128
  *     (about 35584 rows), I = 3584, npc 128 (torch.compile 3341 us);
  *   swiglu_forward_and_per_channel_cast_and_transpose: spec 13.2's
- *     T = 4096, I = 2048, 128-row blocks, transposed (the target row), and
+ *     T = 4096, I = 2048, 128-row blocks, transposed (the target row;
+ *     tiles of 128 tokens x 64 channels), and
  *     the largest shape of the spec's test sweep, T = 8064, I = 7168, where
  *     launch and tail effects weigh little.
  * Bytes moved: every input once and every output once (SF at their

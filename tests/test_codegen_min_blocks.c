@@ -5,7 +5,8 @@
  * A kernel without the hint keeps `.reqntid`; with min_blocks = B it gets
  * `.maxntid` and `.minnctapersm B`.  What the hint is for is checked on
  * the library kernel that uses it: ptxas -v must report at most 32
- * registers (8 blocks of 256 threads per SM; without the hint ptxas took
+ * registers (8 blocks of 256 threads per SM, or 4 of 512 for the
+ * transposed instances' 64-channel tiles; without the hint ptxas took
  * 43-44) and no spills for every instance of
  * swiglu_forward_per_channel_cast.  The diagnostics of bad values are
  * golden files (tests/lang/errors/min_blocks.tk).

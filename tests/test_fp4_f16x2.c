@@ -17,8 +17,10 @@
  * which must not change any code.  The packed |max| is checked against
  * fmaxf of fabsf for every pair of codes, and the gate for every sign and
  * exponent.  The FMA-pipe encoder of NaN-free items (fp4_pack8_f16x2_fma,
- * also for every f16 input on its own), the NaN flag and the
- * division-free round_sf exponent are checked the same way.  Last, the
+ * also for every f16 input on its own) and its form with the multiplier
+ * folded into the fmas (fp4_pack8_f16x2_folded), the NaN flags (the fma
+ * chain, and the NaN-propagating maxima per_token_requant takes it from)
+ * and the division-free round_sf exponent are checked the same way.  Last, the
  * kernel's thread layout (lane-interleaved chunks, the pair exchange of
  * partial maxima and multipliers) is replayed thread by thread against
  * ref_per_token_quant.
@@ -116,6 +118,15 @@ static uint32_t f16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
 
 static uint32_t f16x2_min(uint32_t a, uint32_t b) { return packed_min(&f16_format, a, b); }
 static uint32_t f16x2_max(uint32_t a, uint32_t b) { return packed_max(&f16_format, a, b); }
+/* max.NaN.f16x2 (f16x2_max_nan): a NaN operand makes the half the
+ * canonical NaN, else the NaN-free max. */
+static uint16_t max_nan_lane(uint16_t a, uint16_t b, uint16_t c) {
+    (void)c;
+    if (f16_is_nan(a) || f16_is_nan(b))
+        return 0x7FFFu;
+    return packed_max_lane(&f16_format, a, b);
+}
+static uint32_t f16x2_max_nan(uint32_t a, uint32_t b) { return per_lane(max_nan_lane, a, b, 0); }
 static uint32_t f16x2_max_xorsign_abs(uint32_t a, uint32_t b) {
     return packed_max_xorsign_abs(&f16_format, a, b);
 }
@@ -139,10 +150,8 @@ static uint32_t fp4_f16x2_splat(float m) { return (((bits_of(m) >> 23) - 112u) <
 
 static float f32_of_f16(uint16_t h) { return (float)f16_value(h); }
 
-static float fp4_f16x2_amax(uint32_t hi, uint32_t lo) {
-    float top = fmaxf(f32_of_f16((uint16_t)hi), f32_of_f16((uint16_t)(hi >> 16)));
-    float bottom = fminf(f32_of_f16((uint16_t)lo), f32_of_f16((uint16_t)(lo >> 16)));
-    return fmaxf(top, -bottom);
+static float fp4_f16x2_magnitude_max(uint32_t hi) {
+    return fmaxf(f32_of_f16((uint16_t)hi), f32_of_f16((uint16_t)(hi >> 16)));
 }
 
 static uint32_t fp4_f16x2_codes(uint32_t y) {
@@ -211,14 +220,49 @@ static uint32_t fp4_f16x2_nan_flag(uint32_t flag, uint32_t pair) {
     return f16x2_fma(pair, 0u, flag);
 }
 
+/* The folded encoder: f16x2_low2 / f16x2_high2 pick a half for both. */
+static uint32_t f16x2_low2(uint32_t a) { return (a & 0xFFFFu) * 0x10001u; }
+static uint32_t f16x2_high2(uint32_t a) { return (a >> 16) * 0x10001u; }
+
+static bool fp4_f16_fma_multiplier(float m) {
+    uint32_t bits = bits_of(m);
+    return (bits & 0x007FFFFFu) == 0u && bits - 0x39000000u <= 0x0D800000u;
+}
+
+static uint32_t fp4_f16x2_fold_pair(float m) {
+    return ((bits_of(m) >> 23) - 112u) * 0x04000400u + 0x00000400u;
+}
+static uint32_t fp4_f16x2_fold_half(float m) { return ((bits_of(m) >> 23) - 113u) * 0x04000400u; }
+
+static uint32_t fp4_f16x2_codes_folded(uint32_t p, uint32_t pair, uint32_t half) {
+    uint32_t v = f16x2_abs(p);
+    uint32_t c1 = f16x2_fma(v, f16x2_low2(pair), 0x64006400u);
+    uint32_t c2 = f16x2_fma(v, f16x2_high2(pair), 0x64026402u);
+    uint32_t c3 = f16x2_fma(v, half, 0x64046404u);
+    return f16x2_min(f16x2_min(c1, c2), c3);
+}
+
+static uint32_t fp4_pack8_f16x2_folded(uint32_t p0, uint32_t p1, uint32_t p2, uint32_t p3,
+                                       uint32_t pair, uint32_t half) {
+    uint32_t u0 = fp4_f16x2_codes_folded(p0, pair, half);
+    uint32_t u1 = fp4_f16x2_codes_folded(p1, pair, half);
+    uint32_t u2 = fp4_f16x2_codes_folded(p2, pair, half);
+    uint32_t u3 = fp4_f16x2_codes_folded(p3, pair, half);
+    uint32_t n01 = prmt(u0, u1, 0x6420u) | (prmt(p0, p1, 0xFDB9u) & 0x08080808u);
+    uint32_t n23 = prmt(u2, u3, 0x6420u) | (prmt(p2, p3, 0xFDB9u) & 0x08080808u);
+    uint32_t even = prmt(n01, n23, 0x6420u);
+    uint32_t odd = prmt(n01, n23, 0x7531u);
+    return odd * 16u + even;
+}
+
 static int32_t fp4_round_exponent(float a) {
     return (int32_t)((bits_of(a) + 0x3FFFFFu) >> 23) - 129;
 }
 
 /* ---- the exhaustive comparison ------------------------------------------- */
 
-enum encoder { ENCODER_FULL, ENCODER_BOUNDED, ENCODER_FMA };
-static const char *const encoder_names[3] = {"", "bounded: ", "fma: "};
+enum encoder { ENCODER_FULL, ENCODER_BOUNDED, ENCODER_FMA, ENCODER_FOLDED };
+static const char *const encoder_names[4] = {"", "bounded: ", "fma: ", "folded: "};
 
 /* Encodes the eight e4m3 codes e[] times 2^q with the packed path (the
  * bounded or finite encoder when asked) and counts the nibbles that
@@ -233,6 +277,9 @@ static long check_group(const uint8_t e[8], int q, enum encoder encoder, long ba
                         ? fp4_pack8_f16x2_bounded(p[0], p[1], p[2], p[3], splat)
                     : encoder == ENCODER_FMA
                         ? fp4_pack8_f16x2_fma(p[0], p[1], p[2], p[3], splat)
+                    : encoder == ENCODER_FOLDED
+                        ? fp4_pack8_f16x2_folded(p[0], p[1], p[2], p[3],
+                                                 fp4_f16x2_fold_pair(m), fp4_f16x2_fold_half(m))
                         : fp4_pack8_f16x2(p[0], p[1], p[2], p[3], splat);
     for (int i = 0; i < 8; i++) {
         unsigned want = ref_e2m1_from_f32(ref_e4m3_to_f32(e[i]) * m);
@@ -292,17 +339,13 @@ Test(fp4_f16x2, packed_amax_of_every_pair) {
     for (uint32_t a = 0; a < 256u; a++)
         for (uint32_t b = 0; b < 256u; b++) {
             uint32_t pair = e4m3x2_f16x2(a | (b << 8));
-            float got = fp4_f16x2_amax(f16x2_max(0u, pair), f16x2_min(0u, pair));
             /* per_token_requant's form: the maxima of the magnitudes */
-            float magnitudes = fp4_f16x2_amax(f16x2_max(0u, f16x2_abs(pair)), 0u);
+            float got = fp4_f16x2_magnitude_max(f16x2_max(0u, f16x2_abs(pair)));
             float want = fmaxf(fmaxf(0.0f, fabsf(ref_e4m3_to_f32((uint8_t)a))),
                                fabsf(ref_e4m3_to_f32((uint8_t)b)));
-            /* equal values: the sign of a zero |max| does not matter,
-             * the clamp max(amax, CLAMP_MIN) follows */
-            cr_assert(got == want, "e4m3 0x%02x 0x%02x: %a, want %a", a, b, (double)got,
-                      (double)want);
-            cr_assert(magnitudes == want, "e4m3 0x%02x 0x%02x (magnitudes): %a, want %a", a,
-                      b, (double)magnitudes, (double)want);
+            /* the same bits: a zero |max| is +0 both ways */
+            cr_assert_eq(bits_of(got), bits_of(want), "e4m3 0x%02x 0x%02x: %a, want %a", a, b,
+                         (double)got, (double)want);
         }
 }
 
@@ -348,6 +391,35 @@ Test(fp4_f16x2, finite_products_match_the_reference) {
         flush = f == 1;
         for (int q = -14; q <= 15; q++)
             bad += sweep_bounded(q, ENCODER_FMA);
+    }
+    flush = false;
+    cr_assert_eq(bad, 0, "%ld mismatching elements", bad);
+}
+
+/* The folded encoder on its domain (NaN-free items, every product at
+ * most 6) for every multiplier its gate admits, with and without
+ * flushing; the gate admits exactly the powers of two 2^-13..2^14, and
+ * the two multiplier registers hold 2m | m and m / 2 | m / 2. */
+Test(fp4_f16x2, folded_multiplier_matches_the_reference) {
+    for (uint32_t top = 0; top < 0x200u; top++) {
+        int exponent = (int)(top & 0xFFu) - 127;
+        bool want = top < 0x100u && exponent >= -13 && exponent <= 14;
+        float m = f32_of(top << 23);
+        cr_assert_eq(fp4_f16_fma_multiplier(m), want, "0x%08x", top << 23);
+        cr_assert(!fp4_f16_fma_multiplier(f32_of((top << 23) | 0x400000u)));
+        if (want) {
+            uint32_t twice = f16_round(ldexp(1.0, exponent + 1));
+            uint32_t once = f16_round(ldexp(1.0, exponent));
+            uint32_t half = f16_round(ldexp(1.0, exponent - 1));
+            cr_assert_eq(fp4_f16x2_fold_pair(m), twice | (once << 16));
+            cr_assert_eq(fp4_f16x2_fold_half(m), half * 0x10001u);
+        }
+    }
+    long bad = 0;
+    for (int f = 0; f < 2; f++) {
+        flush = f == 1;
+        for (int q = -13; q <= 14; q++)
+            bad += sweep_bounded(q, ENCODER_FOLDED);
     }
     flush = false;
     cr_assert_eq(bad, 0, "%ld mismatching elements", bad);
@@ -412,6 +484,35 @@ Test(fp4_f16x2, nan_flag_of_every_pair) {
     flush = false;
 }
 
+/* per_token_requant's NaN flag: the NaN-propagating maxima of the
+ * magnitudes (f16x2_max_nan), their max, and fp4_f16x2_nan_flag(0, .) of
+ * it, for every pair of e4m3 codes next to every other pair's maximum:
+ * the flag is set exactly when a code is a NaN, and a NaN-free maximum is
+ * the NaN-dropping one, so the |max| of a NaN-free item is unchanged. */
+Test(fp4_f16x2, nan_propagating_maxima_flag_every_nan) {
+    for (int f = 0; f < 2; f++) {
+        flush = f == 1;
+        for (uint32_t a = 0; a < 256u; a++)
+            for (uint32_t b = 0; b < 256u; b++) {
+                uint32_t pair = f16x2_abs(e4m3x2_f16x2(a | (b << 8)));
+                bool nan = (a & 0x7Fu) == 0x7Fu || (b & 0x7Fu) == 0x7Fu;
+                uint32_t hi = f16x2_max_nan(0u, pair);
+                cr_assert_eq(fp4_f16x2_nan_flag(0u, hi) != 0u, nan, "0x%02x 0x%02x", a, b);
+                if (!nan)
+                    cr_assert_eq(hi, f16x2_max(0u, pair), "0x%02x 0x%02x", a, b);
+                /* next to another chunk's maximum, either way round */
+                uint32_t other = f16x2_abs(e4m3x2_f16x2(((a * 37u + 11u) & 0xFFu) |
+                                                        (((b * 59u + 3u) & 0xFFu) << 8)));
+                bool other_nan = fp4_f16x2_nan_flag(0u, other) != 0u;
+                uint32_t both = f16x2_max_nan(hi, other);
+                cr_assert_eq(fp4_f16x2_nan_flag(0u, both) != 0u, nan || other_nan);
+                cr_assert_eq(fp4_f16x2_nan_flag(0u, f16x2_max_nan(other, hi)) != 0u,
+                             nan || other_nan);
+            }
+    }
+    flush = false;
+}
+
 /* fp4_round_exponent is pow2_exponent(a / 6) (stdlib/quant.tk) for every
  * finite a >= FP4_CLAMP_MIN. */
 Test(fp4_f16x2, round_exponent_matches_the_division) {
@@ -452,7 +553,7 @@ typedef struct requant_problem {
     uint8_t *out;
     unsigned char *sf;
     int *stores; /* per (row, group): how many lanes stored its scale */
-    long *paths; /* threads per encoder: finite, bounded, f32 */
+    long *paths; /* threads per encoder: finite, bounded, f32, folded */
 } requant_problem;
 
 /* One thread's state between the steps that exchange values. */
@@ -490,22 +591,39 @@ static void requant_row(const requant_problem *p, int64_t t, int64_t bx) {
                                            l->first[j] / p->bk_in)
                              : INFINITY;
         }
-        uint32_t flags[2] = {0u, 0u};
         for (int i = 0; i < 16; i++) {
             uint32_t word = (uint32_t)xe[4 * i] | ((uint32_t)xe[4 * i + 1] << 8) |
                             ((uint32_t)xe[4 * i + 2] << 16) | ((uint32_t)xe[4 * i + 3] << 24);
             l->pr[2 * i] = e4m3x2_f16x2(word & 0xFFFFu);
             l->pr[2 * i + 1] = e4m3x2_f16x2(word >> 16);
-            flags[i % 2] = fp4_f16x2_nan_flag(fp4_f16x2_nan_flag(flags[i % 2], l->pr[2 * i]),
-                                              l->pr[2 * i + 1]);
         }
-        l->nan_flag = fp4_f16x2_nan_flag(flags[0], flags[1]);
+        /* NaN-propagating chunk maxima, the NaN flag from their max, and
+         * the NaN-dropping maxima again for an item holding a NaN */
+        uint32_t raw_max[4];
         for (int k = 0; k < 4; k++) {
             uint32_t hi = 0u;
             for (int i = 0; i < 8; i++)
-                hi = f16x2_max(hi, f16x2_abs(l->pr[8 * k + i]));
-            l->chunk_max[k] = fp4_f16x2_amax(hi, 0u);
+                hi = f16x2_max_nan(hi, f16x2_abs(l->pr[8 * k + i]));
+            raw_max[k] = hi;
         }
+        uint32_t all = raw_max[0];
+        for (int k = 1; k < 4; k++)
+            all = f16x2_max_nan(all, raw_max[k]);
+        l->nan_flag = fp4_f16x2_nan_flag(0u, all);
+        bool has_nan = false;
+        for (int i = 0; i < 64; i++)
+            has_nan = has_nan || (xe[i] & 0x7Fu) == 0x7Fu;
+        cr_assert_eq(l->nan_flag != 0u, has_nan, "row %lld lane %d: NaN flag 0x%08x",
+                     (long long)t, c, l->nan_flag);
+        if (l->nan_flag != 0u)
+            for (int k = 0; k < 4; k++) {
+                uint32_t hi = 0u;
+                for (int i = 0; i < 8; i++)
+                    hi = f16x2_max(hi, f16x2_abs(l->pr[8 * k + i]));
+                raw_max[k] = hi;
+            }
+        for (int k = 0; k < 4; k++)
+            l->chunk_max[k] = fp4_f16x2_magnitude_max(raw_max[k]);
     }
     /* the pair exchange: what each lane sends is read by its partner */
     for (int c = 0; c < REQUANT_LANES; c++)
@@ -569,16 +687,21 @@ static void requant_row(const requant_problem *p, int64_t t, int64_t bx) {
     for (int c = 0; c < REQUANT_LANES; c++) {
         const requant_lane *l = &lane[c];
         const int64_t col = bx * REQUANT_BK + c * REQUANT_CHUNK;
-        bool fast = true;
-        for (int k = 0; k < 4; k++)
+        bool fast = true, folded = l->nan_flag == 0u;
+        for (int k = 0; k < 4; k++) {
             fast = fast && fp4_f16_multiplier(l->chunk_mult[k]);
+            folded = folded && fp4_f16_fma_multiplier(l->chunk_mult[k]);
+        }
         uint32_t q[8];
         for (int i = 0; i < 8; i++) {
             const uint32_t *pr = &l->pr[4 * i];
             float m = l->chunk_mult[i / 2];
             if (i == 0)
-                p->paths[fast ? (l->nan_flag == 0u ? 0 : 1) : 2]++;
-            if (fast && l->nan_flag == 0u) {
+                p->paths[folded ? 3 : fast ? (l->nan_flag == 0u ? 0 : 1) : 2]++;
+            if (folded) {
+                q[i] = fp4_pack8_f16x2_folded(pr[0], pr[1], pr[2], pr[3], fp4_f16x2_fold_pair(m),
+                                              fp4_f16x2_fold_half(m));
+            } else if (fast && l->nan_flag == 0u) {
                 q[i] = fp4_pack8_f16x2_fma(pr[0], pr[1], pr[2], pr[3], fp4_f16x2_splat(m));
             } else if (fast) {
                 q[i] = fp4_pack8_f16x2_bounded(pr[0], pr[1], pr[2], pr[3], fp4_f16x2_splat(m));
@@ -613,7 +736,7 @@ Test(fp4_f16x2, requant_lane_layout_replay_matches_the_reference) {
     static uint8_t x[ROWS * MAX_COLS], got[ROWS * MAX_COLS / 2], want[ROWS * MAX_COLS / 2];
     static unsigned char sf_in[1 << 16], got_sf[1 << 16], want_sf[1 << 16];
     static int stores[ROWS * MAX_COLS / 16];
-    long cases = 0, paths[3] = {0, 0, 0};
+    long cases = 0, paths[4] = {0, 0, 0, 0};
     for (size_t ci = 0; ci < sizeof COLS / sizeof COLS[0]; ci++)
         for (size_t ni = 0; ni < 4; ni++)
             for (size_t bi = 0; bi < 3; bi++)
@@ -686,6 +809,6 @@ Test(fp4_f16x2, requant_lane_layout_replay_matches_the_reference) {
                     }
     cr_assert_eq(cases, 3 * 4 * 3 * 3 * 2);
     /* every encoder ran */
-    cr_assert(paths[0] > 0 && paths[1] > 0 && paths[2] > 0, "paths %ld %ld %ld", paths[0],
-              paths[1], paths[2]);
+    cr_assert(paths[1] > 0 && paths[2] > 0 && paths[3] > 0, "paths %ld %ld %ld %ld",
+              paths[0], paths[1], paths[2], paths[3]);
 }

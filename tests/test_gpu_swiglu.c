@@ -456,7 +456,8 @@ Test(swiglu_per_channel, sweep, .timeout = 1800) {
 /* Every bf16 gate pattern (zeros, subnormals, huge values, infinities,
  * NaNs) in each of the 24 options: threads holding a gate outside
  * swiglu_quotient's exact range take the IEEE slow path, which random
- * data seldom reaches.  I = 320 is 10 strips of 32 channels.  Positive
+ * data seldom reaches.  I = 320 is 10 strips of 32 channels (5 of the
+ * transposed instances' 64).  Positive
  * gates of 2^100 and above become negative, as in special_gate_values
  * above (their activations would overflow every scale of their
  * channel). */

@@ -9,7 +9,8 @@
  *       swiglu_backward_clear_weight_grad__default, then
  *       swiglu_backward_per_token_cast__npc<32|128>[_clamp]
  *   tk_swiglu_forward_and_per_channel_cast_and_transpose
- *       swiglu_forward_per_channel_cast__bm<32|128>[_t]
+ *       swiglu_forward_per_channel_cast__bm<32|128>[_t]  (_t: tiles of
+ *       64 channels, the others 32; x's width % 128 == 0 makes I % 64 == 0)
  *
  * round_sf is a kernel argument, not part of the instance.
  *
@@ -551,6 +552,7 @@ tk_status tk_swiglu_forward_and_per_channel_cast_and_transpose(
         return tk__fail(TK_ERROR_INVALID_ARGUMENT,
                         "%s: x: shape[0] is %lld, expected a multiple of 128",
                         function, (long long)tokens);
+    /* also what the transposed instances' 64-channel tiles need: I % 64 */
     if (width % 128 != 0)
         return tk__fail(TK_ERROR_INVALID_ARGUMENT,
                         "%s: x: shape[1] is %lld, expected 2 * I, a multiple "
