@@ -50,12 +50,6 @@ static double f16_value(uint16_t h) {
     return sign * ldexp(1024 + mantissa, (int)exponent - 25);
 }
 
-/* f16 for the shared min/max emulation, which compares f16_value and so
- * follows the flush switch. */
-static const packed_format f16_format = {0x7C00u, f16_value};
-
-static bool f16_is_nan(uint16_t h) { return packed_is_nan(&f16_format, h); }
-
 /* An exact double rounded to f16: ties to even, subnormals kept (or
  * flushed to a signed zero), overflow to infinity. */
 static uint16_t f16_round(double v) {
@@ -65,16 +59,7 @@ static uint16_t f16_round(double v) {
     double a = fabs(v);
     if (a == 0.0)
         return sign;
-    int e;
-    frexp(a, &e);
-    int exponent = e - 1;
-    if (exponent < -14)
-        exponent = -14; /* subnormal spacing 2^-24 */
-    double ulp = ldexp(1.0, exponent - 10);
-    double q = a / ulp, r = floor(q), frac = q - r;
-    if (frac > 0.5 || (frac == 0.5 && fmod(r, 2.0) != 0.0))
-        r += 1.0;
-    double rounded = r * ulp;
+    double rounded = packed_round_magnitude(a, -14, 10); /* subnormal spacing 2^-24 */
     if (rounded > 65504.0)
         return sign | 0x7C00u;
     if (rounded < ldexp(1.0, -14))
@@ -97,36 +82,29 @@ static uint16_t f16_of_e4m3(uint8_t code) {
     return h;
 }
 
-static uint16_t mul_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    if (f16_is_nan(a) || f16_is_nan(b))
-        return 0x7FFFu;
-    return f16_round(f16_value(a) * f16_value(b));
-}
+/* f16 for the shared emulations, whose f16_value follows the flush
+ * switch. */
+static const packed_format f16_format = {0x7C00u, f16_value, f16_round};
 
-static uint16_t fma_lane(uint16_t a, uint16_t b, uint16_t c) {
-    if (f16_is_nan(a) || f16_is_nan(b) || f16_is_nan(c))
-        return 0x7FFFu;
-    /* small operands: a * b + c is exact in double, one rounding */
-    return f16_round(f16_value(a) * f16_value(b) + f16_value(c));
-}
+static bool f16_is_nan(uint16_t h) { return packed_is_nan(&f16_format, h); }
 
-static uint32_t f16x2_mul(uint32_t a, uint32_t b) { return per_lane(mul_lane, a, b, 0); }
+static uint32_t f16x2_mul(uint32_t a, uint32_t b) { return packed_mul(&f16_format, a, b); }
 static uint32_t f16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
-    return per_lane(fma_lane, a, b, c);
+    return packed_fma(&f16_format, a, b, c);
 }
 
 static uint32_t f16x2_min(uint32_t a, uint32_t b) { return packed_min(&f16_format, a, b); }
 static uint32_t f16x2_max(uint32_t a, uint32_t b) { return packed_max(&f16_format, a, b); }
 /* max.NaN.f16x2 (f16x2_max_nan): a NaN operand makes the half the
  * canonical NaN, else the NaN-free max. */
-static uint16_t max_nan_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    if (f16_is_nan(a) || f16_is_nan(b))
-        return 0x7FFFu;
-    return packed_max_lane(&f16_format, a, b);
+static uint16_t max_nan_lane(const packed_format *format, uint16_t a, uint16_t b, uint16_t c) {
+    if (packed_is_nan(format, a) || packed_is_nan(format, b))
+        return PACKED_CANONICAL_NAN;
+    return packed_max_lane(format, a, b, c);
 }
-static uint32_t f16x2_max_nan(uint32_t a, uint32_t b) { return per_lane(max_nan_lane, a, b, 0); }
+static uint32_t f16x2_max_nan(uint32_t a, uint32_t b) {
+    return packed_per_lane(&f16_format, max_nan_lane, a, b, 0);
+}
 static uint32_t f16x2_max_xorsign_abs(uint32_t a, uint32_t b) {
     return packed_max_xorsign_abs(&f16_format, a, b);
 }

@@ -31,12 +31,6 @@
 
 static double bf16_value(uint16_t h) { return (double)f32_of((uint32_t)h << 16); }
 
-/* bf16 for the shared min/max emulation, which compares the unflushed
- * values. */
-static const packed_format bf16_format = {0x7F80u, bf16_value};
-
-static bool bf16_is_nan(uint16_t h) { return packed_is_nan(&bf16_format, h); }
-
 /* An exact double (at most 53 significant bits, within f32's exponent
  * range or overflowing) rounded to bf16, ties to even, subnormals kept. */
 static uint16_t bf16_round(double v) {
@@ -46,18 +40,7 @@ static uint16_t bf16_round(double v) {
     double a = fabs(v);
     if (a == 0.0)
         return sign;
-    int e;
-    frexp(a, &e);                      /* a = m * 2^e, m in [0.5, 1) */
-    int exponent = e - 1;              /* a in [2^exponent, 2^(exponent+1)) */
-    if (exponent < -126)
-        exponent = -126;               /* subnormal spacing 2^-133 */
-    double ulp = ldexp(1.0, exponent - 7);
-    double q = a / ulp;                /* exact: a power-of-two scaling */
-    double r = floor(q);
-    double frac = q - r;
-    if (frac > 0.5 || (frac == 0.5 && fmod(r, 2.0) != 0.0))
-        r += 1.0;
-    double rounded = r * ulp;
+    double rounded = packed_round_magnitude(a, -126, 7); /* subnormal spacing 2^-133 */
     if (rounded >= ldexp(1.0, 128))
         return sign | 0x7F80u;         /* overflow to infinity */
     return sign | (uint16_t)(bits_of((float)rounded) >> 16);
@@ -74,24 +57,14 @@ static double input(uint16_t h) {
     return bf16_value(h);
 }
 
-static uint16_t mul_lane(uint16_t a, uint16_t b, uint16_t c) {
-    (void)c;
-    if (bf16_is_nan(a) || bf16_is_nan(b))
-        return 0x7FFFu;
-    return bf16_round(input(a) * input(b));
-}
+/* bf16 for the shared emulations: mul and fma read their operands as the
+ * replayed hardware does, min and max compare the unflushed values. */
+static const packed_format bf16_input_format = {0x7F80u, input, bf16_round};
+static const packed_format bf16_format = {0x7F80u, bf16_value, bf16_round};
 
-static uint16_t fma_lane(uint16_t a, uint16_t b, uint16_t c) {
-    if (bf16_is_nan(a) || bf16_is_nan(b) || bf16_is_nan(c))
-        return 0x7FFFu;
-    /* the operands here are small normal numbers: a * b + c is exact in
-     * double, so rounding it once is fma's single rounding */
-    return bf16_round(input(a) * input(b) + input(c));
-}
-
-static uint32_t bf16x2_mul(uint32_t a, uint32_t b) { return per_lane(mul_lane, a, b, 0); }
+static uint32_t bf16x2_mul(uint32_t a, uint32_t b) { return packed_mul(&bf16_input_format, a, b); }
 static uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
-    return per_lane(fma_lane, a, b, c);
+    return packed_fma(&bf16_input_format, a, b, c);
 }
 
 static uint32_t bf16x2_min(uint32_t a, uint32_t b) { return packed_min(&bf16_format, a, b); }
