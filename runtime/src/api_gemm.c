@@ -335,11 +335,10 @@ tk_status tk_gemm_fp8_blockscaled(const tk_tensor *a, const tk_tensor *sfa,
                                   const tk_tensor *d, tk_stream stream)
 {
     /* 192 x 128 tiles on three consumer warpgroups (kernels/gemm_fp8_tall.tk)
-     * in bands of 16 tile rows.  H200, 2026-11-30, 8192^3: 1228, 1228, 1239,
-     * 1241 and 1267 TFLOP/s in five runs; the bands-of-12 instance 1157 to
-     * 1279 in eight (median about 1230), the same at 4096 x 7168 x 2048
-     * (1020-1042 for both); the 128 x 128 two-warpgroup store kernel
-     * 1074-1172 (docs/perf.md) */
+     * in bands of 16 tile rows.  H200, 2026-11-30, 8192^3: 1173-1267 TFLOP/s
+     * over nine runs, the bands-of-12 instance 1157-1279 over eight (median
+     * of all 17: 1228), both 1020-1042 at 4096 x 7168 x 2048; the 128 x 128
+     * two-warpgroup store kernel 1074-1172 (docs/perf.md) */
     return tk__gemm_fp8_blockscaled_variant(a, sfa, b, sfb, d,
                                             TK__GEMM_FP8_TALL_PERSISTENT_STORE_BAND16, stream);
 }
