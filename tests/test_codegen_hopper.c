@@ -309,29 +309,10 @@ static Module *hopper_module(Arena *arena, HopperOptions o) {
 
 /* ---- running ptxas -v -------------------------------------------------- */
 
-/* ptxas -v's report of the PTX (stderr and stdout), or NULL. */
+/* ptxas -v's report on the PTX; ptxas must accept it. */
 static char *ptxas_report(const char *ptx) {
-    char dir[] = "/tmp/test_codegen_hopper-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    char ptx_path[128], log_path[128], command[1024];
-    snprintf(ptx_path, sizeof ptx_path, "%s/k.ptx", dir);
-    snprintf(log_path, sizeof log_path, "%s/log", dir);
-    FILE *f = fopen(ptx_path, "w");
-    cr_assert_not_null(f);
-    fputs(ptx, f);
-    fclose(f);
-    snprintf(command, sizeof command, "%s -arch=sm_90a -O3 -v %s -o %s/k.cubin > %s 2>&1",
-             TKC_PTXAS, ptx_path, dir, log_path);
-    int status = system(command);
-    f = fopen(log_path, "r");
-    char *log = calloc(1, 65536);
-    if (f) {
-        size_t n = fread(log, 1, 65535, f);
-        log[n] = 0;
-        fclose(f);
-    }
-    snprintf(command, sizeof command, "rm -rf %s", dir);
-    cr_assert_eq(system(command), 0);
+    int status;
+    char *log = tkc_test_ptxas_report(ptx, &status);
     cr_assert_eq(status, 0, "ptxas failed:\n%s", log);
     return log;
 }

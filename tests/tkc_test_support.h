@@ -4,13 +4,15 @@
  * test_rcp_approx.c, test_codegen_bf16x2.c, test_codegen_f16x2.c) check
  * which PTX instructions a builtin lowers to and which diagnostics its
  * misuse gets; the codegen tests (test_codegen_cache_hints.c,
- * test_codegen_min_blocks.c, test_codegen_hopper.c) read one entry's PTX.
+ * test_codegen_min_blocks.c, test_codegen_hopper.c) read one entry's PTX;
+ * several also hand PTX to ptxas (its report, or just its verdict).
  * TKC_PATH is the tkc binary the build passes in.
  */
 #ifndef TK_TESTS_TKC_TEST_SUPPORT_H
 #define TK_TESTS_TKC_TEST_SUPPORT_H
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +82,36 @@ static inline int tkc_test_count(const char *text, const char *needle) {
     for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
         n++;
     return n;
+}
+
+/* ptxas -v's report (stdout and stderr) on `ptx`, assembled whole-program
+ * for sm_90a at -O3 as tkc does; *status is ptxas's exit status.  The
+ * caller frees the text. */
+static inline char *tkc_test_ptxas_report(const char *ptx, int *status) {
+    char dir[] = "/tmp/tkc_test_ptxas-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char ptx_path[128], log_path[128], command[1024];
+    snprintf(ptx_path, sizeof ptx_path, "%s/k.ptx", dir);
+    snprintf(log_path, sizeof log_path, "%s/log", dir);
+    FILE *f = fopen(ptx_path, "w");
+    cr_assert_not_null(f);
+    fputs(ptx, f);
+    fclose(f);
+    snprintf(command, sizeof command, "'%s' -arch=sm_90a -O3 -v '%s' -o '%s/k.cubin' > '%s' 2>&1",
+             TKC_PTXAS, ptx_path, dir, log_path);
+    *status = system(command);
+    char *log = tkc_test_slurp(log_path);
+    snprintf(command, sizeof command, "rm -rf '%s'", dir);
+    cr_assert_eq(system(command), 0);
+    return log;
+}
+
+/* Whether ptxas accepts `ptx` (the inline assembly of the packed
+ * builtins uses scoped .b16 registers, which only ptxas checks). */
+static inline bool tkc_test_ptxas_accepts(const char *ptx) {
+    int status;
+    free(tkc_test_ptxas_report(ptx, &status));
+    return status == 0;
 }
 
 #endif
