@@ -78,8 +78,10 @@ static LLVMValueRef call3(Codegen *cg, const char *name, LLVMValueRef a,
 
 /* ---- exp --------------------------------------------------------------- */
 
-/* libdevice expf(a), tilekernels-spec.md 2.1 (constants as bit patterns). */
-LLVMValueRef cg_exp(Codegen *cg, LLVMValueRef a) {
+/* libdevice expf(a), tilekernels-spec.md 2.1 (constants as bit patterns),
+ * up to its last step: returns ex2.approx.ftz of the reduced argument and
+ * sets *scale to the power of two 2^n that expf(a) multiplies it by. */
+static LLVMValueRef exp_parts(Codegen *cg, LLVMValueRef a, LLVMValueRef *scale) {
     LLVMBuilderRef bld = cg->builder;
     uint32_t c_hi_bits = 0x3FB8AA3B, c_lo_bits = 0x32A57060, k_bits = 0x4B400000;
     float c_hi, k;
@@ -111,10 +113,28 @@ LLVMValueRef cg_exp(Codegen *cg, LLVMValueRef a) {
     /* ex2.approx.ftz(f) * 2^n, 2^n built from the bits of j */
     LLVMValueRef e = cg_call_intrinsic(cg, "llvm.nvvm.ex2.approx.ftz", &f32, 1, &f, 1);
     LLVMTypeRef i32 = LLVMInt32TypeInContext(cg->context);
-    LLVMValueRef scale = LLVMBuildBitCast(
+    *scale = LLVMBuildBitCast(
         bld, LLVMBuildShl(bld, LLVMBuildBitCast(bld, j, i32, ""), cg_i32(cg, 23), ""),
         f32, "");
-    return LLVMBuildFMul(bld, e, scale, "");
+    return e;
+}
+
+LLVMValueRef cg_exp(Codegen *cg, LLVMValueRef a) {
+    LLVMValueRef scale;
+    LLVMValueRef e = exp_parts(cg, a, &scale);
+    return LLVMBuildFMul(cg->builder, e, scale, "");
+}
+
+/* 1 + expf(a) bit for bit as fma(e, 2^n, 1): e 2^n is exact wherever it is
+ * normal (e has 24 bits, 2^n only moves the exponent), where it is
+ * subnormal both forms give exactly 1, and where it overflows both give
+ * +inf; NaN stays NaN.  One FFMA instead of expf's FMUL and the FADD. */
+static LLVMValueRef one_plus_exp(Codegen *cg, LLVMValueRef a) {
+    LLVMValueRef scale;
+    LLVMValueRef e = exp_parts(cg, a, &scale);
+    LLVMTypeRef f32 = f32_type(cg);
+    LLVMValueRef args[3] = {e, scale, f32_const(cg, 1.0f)};
+    return cg_call_intrinsic(cg, "llvm.fma", &f32, 1, args, 3);
 }
 
 static LLVMValueRef sigmoid(Codegen *cg, LLVMValueRef x) {
@@ -474,6 +494,7 @@ LLVMValueRef cg_call(Codegen *cg, const Expr *e) {
     case INTR_WARP_IDX:
         return index_value(cg, e, LLVMBuildLShr(bld, thread_index(cg), cg_i32(cg, 5), ""));
     case INTR_EXP: return float_function(cg, e, cg_exp);
+    case INTR_ONE_PLUS_EXP: return float_function(cg, e, one_plus_exp);
     case INTR_EXP2: return float_function(cg, e, exp2_approx);
     case INTR_RSQRT: return float_function(cg, e, rsqrt_approx);
     case INTR_RCP_APPROX: return float_function(cg, e, rcp_approx);

@@ -179,6 +179,7 @@ typedef enum {
     X(WARP_IDX, "warp_idx", 0, INTR_PURE | INTR_THREAD)                      \
     X(EXP, "exp", 1, INTR_PURE)                                              \
     X(EXP2, "exp2", 1, INTR_PURE)                                            \
+    X(ONE_PLUS_EXP, "one_plus_exp", 1, INTR_PURE) /* 1 + exp(x), one FFMA */ \
     X(RSQRT, "rsqrt", 1, INTR_PURE)                                          \
     X(SQRT, "sqrt", 1, INTR_PURE)                                            \
     X(SIGMOID, "sigmoid", 1, INTR_PURE)                                      \

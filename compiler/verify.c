@@ -253,7 +253,7 @@ static void check_call(Verifier *v, const Expr *e)
     Expr *const *args = e->u.call.args;
     switch (op) {
     case INTR_EXP: case INTR_EXP2: case INTR_RSQRT: case INTR_SQRT: case INTR_SIGMOID:
-    case INTR_LOG1P: case INTR_RCP_APPROX:
+    case INTR_LOG1P: case INTR_RCP_APPROX: case INTR_ONE_PLUS_EXP:
     case INTR_FMA:
         if (!is_arith_float(e->dtype)) {
             verify_report(v, e->loc, "%s gives %s, not a float", name, dname(e->dtype));

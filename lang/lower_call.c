@@ -137,6 +137,7 @@ static Value builtin_call(Lower *lower, const AstNode *node, bool *found) {
         {"sigmoid", INTR_SIGMOID, 1, DT_F32}, {"fma", INTR_FMA, 3, DT_F32},
         {"isfinite", INTR_ISFINITE, 1, DT_BOOL},
         {"log1p", INTR_LOG1P, 1, DT_F32},
+        {"one_plus_exp", INTR_ONE_PLUS_EXP, 1, DT_F32},
         {"rcp_approx", INTR_RCP_APPROX, 1, DT_F32},
         {"f16_rz_bits", INTR_F16_RZ_BITS, 1, DT_U16},
         {"e2m1_bits", INTR_E2M1_BITS, 1, DT_U8},

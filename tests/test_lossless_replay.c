@@ -216,7 +216,7 @@ static void check_case(int64_t rows, int64_t cols, int in_bm, int in_bk, bool pa
     /* b1, b32 and b128 (the grid order decides only which tile runs
      * when, which this replay does not see) */
     static const instance instances[] = {
-        {1, 128, 32, 1, 1, 16}, {32, 128, 32, 1, 1, 16}, {128, 512, 128, 2, 1, 32}};
+        {1, 128, 32, 1, 1, 16}, {32, 128, 32, 1, 1, 16}, {128, 256, 128, 2, 1, 32}};
     const instance *in = out_bm == 1 ? &instances[0] : out_bm == 32 ? &instances[1] : &instances[2];
     const int64_t TC = 8 * in->ipr;
     tk_sf_layout in_layout = packed_in ? TK_SF_PACKED_UE8M0 : TK_SF_ROW_MAJOR;
