@@ -22,7 +22,9 @@
  * simulation and the simulator's hardware model (ir_shared_wavefronts),
  * plus the shared-memory address formula of ir.h.  ir_loop_vector_lanes,
  * the other query plan_shared and vectorize share, is in
- * analysis_loops.c.
+ * analysis_loops.c; the symbolic proof that an index is below a tensor
+ * dimension (facts_prove_below, for dropping bounds guards) is in
+ * analysis_bounds.c.
  */
 #include "ir.h"
 
@@ -466,6 +468,10 @@ static void var_facts(Facts *f, const Var *v, Range *range, Modular *mod)
     if (v->kind == VAR_BLOCK && v->block_dim >= 0 && v->block_dim < 3 &&
         f->kernel->grid[v->block_dim]) {
         Range g = expr_range(f, f->kernel->grid[v->block_dim]);
+        /* a cluster dimension is launched rounded up to a multiple of
+         * the cluster size (docs/hopper.md 11) */
+        int64_t c = f->kernel->cluster[v->block_dim];
+        if (g.ok && c > 1 && g.hi < INT32_MAX) g.hi = (g.hi + c - 1) / c * c;
         if (g.ok && g.hi >= 1) r = range_intersect(r, range_make(0, g.hi - 1));
     }
     if (vf->has_range) r = range_intersect(r, range_make(vf->lo, vf->hi));
@@ -721,6 +727,22 @@ bool facts_bounds(Facts *f, const Expr *e, int64_t *lo, int64_t *hi)
     *lo = r.lo;
     *hi = r.hi;
     return true;
+}
+
+/* The definition analysis_bounds.c may expand a variable into: its LET
+ * value, or the expression a constraint equates a symbol with. */
+const Expr *facts_definition(Facts *f, const Var *v)
+{
+    VarFact *vf = fact_of(f, v);
+    if (!vf) return NULL;
+    if (v->kind == VAR_LET && vf->value) return vf->value;
+    if (v->kind == VAR_SYMBOL && vf->subst) return vf->subst;
+    return NULL;
+}
+
+Kernel *facts_kernel(Facts *f)
+{
+    return f->kernel;
 }
 
 /* ------------------------------------------------------------------ */

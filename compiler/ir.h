@@ -806,6 +806,14 @@ void facts_add_let(Facts *f, const Var *var, const Expr *value);
 void facts_add_loop(Facts *f, const Var *var, const Expr *begin,
                     const Expr *end, int64_t step);
 void facts_add_range(Facts *f, const Var *var, int64_t lo, int64_t hi);
+/* A LET var's value or a symbol's constraint equality (NULL if none),
+ * and the kernel of the facts (for analysis_bounds.c). */
+const Expr *facts_definition(Facts *f, const Var *v);
+Kernel *facts_kernel(Facts *f);
+/* analysis_bounds.c: whether index < extent holds for every thread of
+ * every block, where extent is a launcher-checked tensor dimension;
+ * false when it cannot be proven (see the file's comment). */
+bool facts_prove_below(Facts *f, const Expr *index, const Expr *extent);
 /* As ir_eval_int, with thread_idx bound to `thread` (lane_idx, warp_idx
  * derived) and block_idx_* to 0; thread < 0 leaves them unknown. */
 bool ir_eval_int_thread(const Expr *e, const Var **vars,
@@ -895,6 +903,10 @@ bool pass_vectorize(Kernel *k, Diag *diag);
  * buffer an offset, pitch and swizzle (chosen by simulating the first
  * warp's accesses for bank conflicts); guarantees KSTATE_SHARED. */
 bool pass_plan_shared(Kernel *k, Diag *diag);
+/* passes/hoist_guards.c -- requires KSTATE_VECTOR.  An unrolled pure-copy
+ * loop whose guards are all loop-invariant becomes if (their conjunction)
+ * { the loop unguarded } else { the loop }. */
+bool pass_hoist_guards(Kernel *k, Diag *diag);
 /* passes/insert_barriers.c -- requires KSTATE_THREAD.  Inserts bar.sync
  * between a write and a later read (or a read and a later write) of a
  * shared buffer by different threads, including around loop back edges. */

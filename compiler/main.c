@@ -75,7 +75,7 @@ static const char usage_text[] =
     "\n"
     "passes, in order: check_types lower_tma warp_specialize pipeline_loops\n"
     "  lower_tile_ops infer_layouts lower_gemm lower_parallel simplify\n"
-    "  plan_shared vectorize simplify insert_barriers\n"
+    "  plan_shared vectorize simplify hoist_guards insert_barriers\n"
     "\n"
     "exit status: 0 success, 1 errors in the input, 2 usage error,\n"
     "  3 internal compiler error\n";

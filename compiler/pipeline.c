@@ -30,7 +30,8 @@ typedef struct PassEntry {
  * lower_parallel needs layouts, simplify cleans up the index arithmetic
  * lower_parallel leaves, plan_shared wants the thread-level accesses to
  * choose a swizzle, vectorize needs plain index expressions to prove
- * contiguity, and barriers go in last, over the final accesses. */
+ * contiguity, hoist_guards wants the final guards, and barriers go in
+ * last, over the final accesses. */
 static const PassEntry pipeline[] = {
     {"check_types", pass_check_types},
     {"lower_tma", pass_lower_tma},
@@ -44,6 +45,7 @@ static const PassEntry pipeline[] = {
     {"plan_shared", pass_plan_shared},
     {"vectorize", pass_vectorize},
     {"simplify", pass_simplify},
+    {"hoist_guards", pass_hoist_guards},
     {"insert_barriers", pass_insert_barriers},
 };
 #define PIPELINE_LENGTH (int)(sizeof pipeline / sizeof pipeline[0])

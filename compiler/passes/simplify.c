@@ -12,6 +12,9 @@
  * expression folding and index algebra live in simplify_expr.c, behind
  * the private header simplify.h.
  *
+ * The guard of a global access loses each conjunct `index < dimension`
+ * that analysis_bounds.c proves from the launch geometry.
+ *
  * Statements: constant IF conditions pick a branch, zero-trip loops
  * vanish, single-trip loops are inlined, nested SEQs are flattened and
  * LETs of pure values nobody reads are dropped.
@@ -199,7 +202,8 @@ static Stmt *simplify_stmt(Simplifier *s, Stmt *st)
         for (int i = 0; i < st->u.store.buffer->rank; i++)
             st->u.store.indices[i] = simplify_expr(s, st->u.store.indices[i]);
         st->u.store.value = simplify_expr(s, st->u.store.value);
-        st->u.store.predicate = simplify_predicate(s, st->u.store.predicate, &never);
+        st->u.store.predicate = simplify_access_predicate(s, st->u.store.predicate,
+                                                          st->u.store.buffer, &never);
         return never ? NULL : st;
     case STMT_FOR:
         return simplify_for(s, st);

@@ -21,6 +21,9 @@ Expr *simplify_expr(Simplifier *s, Expr *e);
 /* Predicates that always hold become NULL ("all lanes"); *never is set
  * when the predicate is constant false. */
 Expr *simplify_predicate(Simplifier *s, Expr *p, bool *never);
+/* simplify_predicate for an access to b, also dropping the bounds
+ * conjuncts `index < dimension of b` that analysis_bounds.c proves. */
+Expr *simplify_access_predicate(Simplifier *s, Expr *p, const Buffer *b, bool *never);
 bool simplify_is_int_const(const Expr *e, int64_t *value);
 /* ir_binary with the given source location. */
 Expr *simplify_build_binary(Simplifier *s, BinOp op, Expr *a, Expr *b, Loc loc);

@@ -698,6 +698,42 @@ Expr *simplify_predicate(Simplifier *s, Expr *p, bool *never)
     return p;
 }
 
+/* The conjuncts of a guard that remain after dropping each `index <
+ * extent` whose extent is a dimension of the accessed tensor and which
+ * facts_prove_below proves (analysis_bounds.c); NULL when none remains.
+ * Only tensor dimensions qualify: the proof needs an extent the launcher
+ * checked to fit in i32. */
+static Expr *unproven_conjuncts(Simplifier *s, Expr *c, const Buffer *b)
+{
+    if (c->kind != EXPR_BINARY || c->lanes != 1) return c;
+    Expr *lhs = c->u.binary.lhs, *rhs = c->u.binary.rhs;
+    BinOp op = c->u.binary.op;
+    if (op == BIN_LAND) {
+        Expr *l = unproven_conjuncts(s, lhs, b), *r = unproven_conjuncts(s, rhs, b);
+        if (!l || !r) return l ? l : r;
+        if (l == lhs && r == rhs) return c;
+        return simplify_build_binary(s, BIN_LAND, l, r, c->loc);
+    }
+    if (op != BIN_LT && op != BIN_GT) return c;
+    const Expr *index = op == BIN_LT ? lhs : rhs, *extent = op == BIN_LT ? rhs : lhs;
+    for (int d = 0; d < b->rank; d++)
+        if (ir_expr_equal(extent, b->shape[d]) && facts_prove_below(s->facts, index, extent))
+            return NULL;
+    return c;
+}
+
+Expr *simplify_access_predicate(Simplifier *s, Expr *p, const Buffer *b, bool *never)
+{
+    p = simplify_predicate(s, p, never);
+    if (!p || *never || b->scope != SCOPE_GLOBAL) return p;
+    Expr *scalar = p->kind == EXPR_BROADCAST ? p->u.broadcast.value : p;
+    if (scalar->lanes != 1) return p;
+    Expr *kept = unproven_conjuncts(s, scalar, b);
+    if (kept == scalar) return p;
+    if (!kept) return NULL;
+    return p->kind == EXPR_BROADCAST ? ir_broadcast(s->k, kept, p->lanes) : kept;
+}
+
 Expr *simplify_expr(Simplifier *s, Expr *e)
 {
     if (!e) return NULL;
@@ -714,7 +750,8 @@ Expr *simplify_expr(Simplifier *s, Expr *e)
     case EXPR_LOAD:
         for (int i = 0; i < e->u.load.buffer->rank; i++)
             e->u.load.indices[i] = simplify_expr(s, e->u.load.indices[i]);
-        e->u.load.predicate = simplify_predicate(s, e->u.load.predicate, &never);
+        e->u.load.predicate = simplify_access_predicate(s, e->u.load.predicate,
+                                                        e->u.load.buffer, &never);
         if (never) {
             /* masked lanes read zero */
             Expr *zero = ir_dtype_is_float(e->dtype) ? make_float(s, e->dtype, 0.0, e->loc)
