@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "reference.h"
 #include "tkc_test_support.h"
 
 static char *compile_expression(const char *expression) {
@@ -66,18 +67,6 @@ Test(one_plus_exp, takes_one_f32) {
     free(err);
 }
 
-static float from_bits(uint32_t bits) {
-    float v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
-
-static uint32_t to_bits(float v) {
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits;
-}
-
 /* fma(e, 2^n, 1) against the rounded product plus 1 (volatile: no
  * contraction of the reference into an fma). */
 static void expect_identity(float e, int n) {
@@ -85,7 +74,7 @@ static void expect_identity(float e, int n) {
     volatile float product = e * scale;
     volatile float sum = product + 1.0f;
     float fused = fmaf(e, scale, 1.0f);
-    bool same = to_bits(fused) == to_bits(sum) || (isnan(fused) && isnan(sum));
+    bool same = ref_f32_bits(fused) == ref_f32_bits(sum) || (isnan(fused) && isnan(sum));
     cr_assert(same, "e = %a, n = %d: fma %a, mul+add %a", (double)e, n, (double)fused,
               (double)sum);
 }
@@ -103,7 +92,7 @@ Test(one_plus_exp, fma_tail_equals_multiply_then_add) {
              * (ex2 of the reduced argument lies in [0.5, 2]; wider to
              * reach the overflow and subnormal products at every n) */
             uint32_t exponent = 127u - 40u + (state >> 8) % 81u;
-            expect_identity(from_bits(exponent << 23 | (state & 0x7FFFFFu)), n);
+            expect_identity(ref_f32_from_bits(exponent << 23 | (state & 0x7FFFFFu)), n);
         }
     }
 }
