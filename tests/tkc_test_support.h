@@ -106,6 +106,15 @@ static inline char *tkc_test_ptxas_report(const char *ptx, int *status) {
     return log;
 }
 
+/* ptxas -v's report on `ptx`, which ptxas must accept (the test fails
+ * with the report otherwise).  The caller frees the text. */
+static inline char *tkc_test_ptxas_report_ok(const char *ptx) {
+    int status;
+    char *log = tkc_test_ptxas_report(ptx, &status);
+    cr_assert_eq(status, 0, "ptxas failed:\n%s", log);
+    return log;
+}
+
 /* Whether ptxas accepts `ptx` (the inline assembly of the packed
  * builtins uses scoped .b16 registers, which only ptxas checks). */
 static inline bool tkc_test_ptxas_accepts(const char *ptx) {
