@@ -4,7 +4,7 @@
  * e2m1 with 1 x 32 blocks and packed UE8M0 scales (the peer row:
  * torch.compile 254.3 us, 13 % of copy bandwidth), the one-scale-per-token
  * cast (npc == H) to e2m1 and e4m3, requantisation e4m3 (128 x 128 UE8M0
- * blocks) -> e2m1 1 x 32, and cast_back e2m1 -> bf16.
+ * blocks) -> e2m1 1 x 32, and cast_back e2m1 -> bf16 and f32.
  *
  * Bytes moved are TileKernels' count_bytes: every input once (data and
  * input scales) and every output once, scale tensors at their logical
@@ -27,6 +27,7 @@ typedef struct fp4_params {
     int npc;              /* 0: H                                        */
     tk_sf_layout layout;  /* of the per-token scales                     */
     bool round_sf;
+    tk_dtype back;        /* cast_back: bf16 or f32 output               */
 } fp4_params;
 
 #define TOKENS 8001
@@ -123,7 +124,7 @@ static bool fp4_setup(const tkb_context *ctx, const tkb_case *c, void **state, d
             return false;
         free(source);
         b->sf_bytes = 0;
-        b->out_bytes = (size_t)TOKENS * HIDDEN * 2;
+        b->out_bytes = (size_t)TOKENS * HIDDEN * (p->back == TK_F32 ? 4 : 2);
         counted = (double)(b->in_bytes + logical_bytes(&b->shape) + b->out_bytes);
         break;
     }
@@ -176,7 +177,7 @@ static tk_status fp4_launch(void *state) {
     default: {
         tk_tensor x = tkb_tensor(b->in, TK_I8, 2, packed_shape, NULL);
         tk_tensor sf = sf_tensor(b->in_sf, 1, b->npc, p->layout);
-        tk_tensor back = tkb_tensor(b->out, TK_BF16, 2, x_shape, NULL);
+        tk_tensor back = tkb_tensor(b->out, p->back, 2, x_shape, NULL);
         return tk_per_token_cast_back(&x, &sf, b->npc, &back, NULL);
     }
     }
@@ -193,7 +194,7 @@ static bool fp4_verify(const tkb_context *ctx, void *state, char *detail, size_t
     bool ok;
     if (p->entry == BENCH_CAST_BACK) {
         ok = ref_cast_back_e2m1(b->host_in, TOKENS, HIDDEN, b->host_in_sf, p->layout, 1, b->npc,
-                                TK_BF16, b->host_want);
+                                p->back, b->host_want);
     } else {
         ref_quant_input in = {b->host_in, TK_BF16, HIDDEN, NULL, 0, 0, 0};
         if (p->entry == BENCH_REQUANT) {
@@ -229,12 +230,17 @@ static bool fp4_verify(const tkb_context *ctx, void *state, char *detail, size_t
     return true;
 }
 
-static const fp4_params CAST_1x32_PACKED = {BENCH_CAST, TK_E2M1, 32, TK_SF_PACKED_UE8M0, true};
-static const fp4_params CAST_1x128_ROW = {BENCH_CAST, TK_E2M1, 128, TK_SF_ROW_MAJOR, true};
-static const fp4_params CAST_TOKEN_FP4 = {BENCH_CAST, TK_E2M1, 0, TK_SF_ROW_MAJOR, true};
-static const fp4_params CAST_TOKEN_E4M3 = {BENCH_CAST, TK_E4M3, 0, TK_SF_PACKED_UE8M0, true};
-static const fp4_params REQUANT = {BENCH_REQUANT, TK_E2M1, 32, TK_SF_PACKED_UE8M0, true};
-static const fp4_params BACK = {BENCH_CAST_BACK, TK_E2M1, 32, TK_SF_PACKED_UE8M0, true};
+/* back is read by the cast_back rows only */
+static const fp4_params CAST_1x32_PACKED = {BENCH_CAST, TK_E2M1, 32, TK_SF_PACKED_UE8M0, true,
+                                           TK_BF16};
+static const fp4_params CAST_1x128_ROW = {BENCH_CAST, TK_E2M1, 128, TK_SF_ROW_MAJOR, true, TK_BF16};
+static const fp4_params CAST_TOKEN_FP4 = {BENCH_CAST, TK_E2M1, 0, TK_SF_ROW_MAJOR, true, TK_BF16};
+static const fp4_params CAST_TOKEN_E4M3 = {BENCH_CAST, TK_E4M3, 0, TK_SF_PACKED_UE8M0, true,
+                                          TK_BF16};
+static const fp4_params REQUANT = {BENCH_REQUANT, TK_E2M1, 32, TK_SF_PACKED_UE8M0, true, TK_BF16};
+static const fp4_params BACK = {BENCH_CAST_BACK, TK_E2M1, 32, TK_SF_PACKED_UE8M0, true, TK_BF16};
+static const fp4_params BACK_F32 = {BENCH_CAST_BACK, TK_E2M1, 32, TK_SF_PACKED_UE8M0, true,
+                                    TK_F32};
 
 static const tkb_case FP4_CASES[] = {
     {"per_token_cast", "8001x7168", "bf16->e2m1 1x32 packed ue8m0 (torch.compile 254.3 us)",
@@ -250,5 +256,7 @@ static const tkb_case FP4_CASES[] = {
      fp4_teardown, &REQUANT},
     {"per_token_cast_back", "8001x7168", "e2m1 1x32 packed ue8m0 -> bf16", fp4_setup,
      fp4_launch, fp4_verify, fp4_teardown, &BACK},
+    {"per_token_cast_back", "8001x7168", "e2m1 1x32 packed ue8m0 -> f32", fp4_setup,
+     fp4_launch, fp4_verify, fp4_teardown, &BACK_F32},
 };
 TKB_REGISTER(FP4_CASES)

@@ -13,6 +13,16 @@
  * timed kernel evicts for free, and the previous row's dirty outputs are
  * written back during the flush, outside the timed region.  The memset
  * flush stays available (--flush memset) to compare the two.
+ *
+ * --flush read-last, the default since 2026-12-02 (when two kernels
+ * started storing with an L2 evict_last policy), guards against those
+ * stores: such lines could outlive a flush of normal-priority reads, so
+ * the next timed launch would rewrite lines still in the L2 and its
+ * output would never reach device memory.  It reads the buffer at
+ * evict_last priority, which evicts older evict_last lines in LRU order,
+ * then gives the buffer's lines normal priority again (applypriority),
+ * leaving the L2 as the plain read flush does: clean lines of normal
+ * priority.  Both are kernels on the stream, so nothing waits on the host.
  */
 
 #include "flush.h"
@@ -63,6 +73,79 @@ static const char READ_FLUSH_PTX[] =
     "  ret;\n"
     "}\n";
 
+/* The same reads at evict_last priority (--flush read-last, below). */
+static const char READ_LAST_FLUSH_PTX[] =
+    ".version 8.0\n"
+    ".target sm_90\n"
+    ".address_size 64\n"
+    ".visible .entry tkbench_read_last_flush(.param .u64 buffer, .param .u64 words,\n"
+    "                                   .param .u64 sink) {\n"
+    "  .reg .u64 %rd<11>;\n"
+    "  .reg .u32 %r<12>;\n"
+    "  .reg .pred %p<3>;\n"
+    "  ld.param.u64 %rd1, [buffer];\n"
+    "  ld.param.u64 %rd2, [words];\n"
+    "  ld.param.u64 %rd9, [sink];\n"
+    "  mov.u32 %r1, %ctaid.x;\n"
+    "  mov.u32 %r2, %ntid.x;\n"
+    "  mov.u32 %r3, %tid.x;\n"
+    "  mov.u32 %r4, %nctaid.x;\n"
+    "  mul.wide.u32 %rd3, %r1, %r2;\n"
+    "  cvt.u64.u32 %rd4, %r3;\n"
+    "  add.u64 %rd3, %rd3, %rd4;\n"
+    "  mul.wide.u32 %rd5, %r4, %r2;\n"
+    "  mov.u32 %r5, 0;\n"
+    "  createpolicy.fractional.L2::evict_last.b64 %rd10, 1.0;\n"
+    "LOOP:\n"
+    "  setp.ge.u64 %p1, %rd3, %rd2;\n"
+    "  @%p1 bra DONE;\n"
+    "  shl.b64 %rd6, %rd3, 4;\n"
+    "  add.u64 %rd7, %rd1, %rd6;\n"
+    "  ld.global.L2::cache_hint.v4.u32 {%r6, %r7, %r8, %r9}, [%rd7], %rd10;\n"
+    "  xor.b32 %r5, %r5, %r6;\n"
+    "  xor.b32 %r5, %r5, %r7;\n"
+    "  xor.b32 %r5, %r5, %r8;\n"
+    "  xor.b32 %r5, %r5, %r9;\n"
+    "  add.u64 %rd3, %rd3, %rd5;\n"
+    "  bra LOOP;\n"
+    "DONE:\n"
+    "  setp.eq.u32 %p2, %r5, 0x9E3779B9;\n"
+    "  @%p2 st.global.u32 [%rd9], %r5;\n"
+    "  ret;\n"
+    "}\n";
+
+/* Gives every line of the buffer still in the L2 normal priority again
+ * (applypriority is a no-op for a line that is not there). */
+static const char DEMOTE_PTX[] =
+    ".version 8.0\n"
+    ".target sm_90\n"
+    ".address_size 64\n"
+    ".visible .entry tkbench_demote(.param .u64 buffer, .param .u64 lines) {\n"
+    "  .reg .u64 %rd<8>;\n"
+    "  .reg .u32 %r<5>;\n"
+    "  .reg .pred %p<2>;\n"
+    "  ld.param.u64 %rd1, [buffer];\n"
+    "  ld.param.u64 %rd2, [lines];\n"
+    "  mov.u32 %r1, %ctaid.x;\n"
+    "  mov.u32 %r2, %ntid.x;\n"
+    "  mov.u32 %r3, %tid.x;\n"
+    "  mov.u32 %r4, %nctaid.x;\n"
+    "  mul.wide.u32 %rd3, %r1, %r2;\n"
+    "  cvt.u64.u32 %rd4, %r3;\n"
+    "  add.u64 %rd3, %rd3, %rd4;\n"
+    "  mul.wide.u32 %rd5, %r4, %r2;\n"
+    "LOOP:\n"
+    "  setp.ge.u64 %p1, %rd3, %rd2;\n"
+    "  @%p1 bra DONE;\n"
+    "  shl.b64 %rd6, %rd3, 7;\n"
+    "  add.u64 %rd7, %rd1, %rd6;\n"
+    "  applypriority.global.L2::evict_normal [%rd7], 128;\n"
+    "  add.u64 %rd3, %rd3, %rd5;\n"
+    "  bra LOOP;\n"
+    "DONE:\n"
+    "  ret;\n"
+    "}\n";
+
 #define FILL_PATTERN 0x3F800000u
 #define READ_BLOCKS 2048
 #define READ_THREADS 256
@@ -75,6 +158,23 @@ static bool check(const tkb_flush *flush, CUresult result, const char *what) {
         flush->api->cuGetErrorString(result, &message);
     fprintf(stderr, "tkbench: L2 flush: %s failed: %s\n", what, message);
     return false;
+}
+
+/* The evict_last read kernel and the demote kernel of --flush read-last. */
+static bool init_read_last(tkb_flush *flush) {
+    const tk__driver_api *api = flush->api;
+    return check(flush, api->cuModuleLoadData(&flush->last_module, READ_LAST_FLUSH_PTX),
+                 "cuModuleLoadData (read-last flush PTX)") &&
+           check(flush,
+                 api->cuModuleGetFunction(&flush->last_function, flush->last_module,
+                                          "tkbench_read_last_flush"),
+                 "cuModuleGetFunction") &&
+           check(flush, api->cuModuleLoadData(&flush->demote_module, DEMOTE_PTX),
+                 "cuModuleLoadData (demote PTX)") &&
+           check(flush,
+                 api->cuModuleGetFunction(&flush->demote_function, flush->demote_module,
+                                          "tkbench_demote"),
+                 "cuModuleGetFunction");
 }
 
 bool tkb_flush_init(tkb_flush *flush, const tk__driver_api *api, tkb_flush_mode mode) {
@@ -93,7 +193,8 @@ bool tkb_flush_init(tkb_flush *flush, const tk__driver_api *api, tkb_flush_mode 
            check(flush,
                  api->cuModuleGetFunction(&flush->function, flush->module,
                                           "tkbench_read_flush"),
-                 "cuModuleGetFunction");
+                 "cuModuleGetFunction") &&
+           (mode != TKB_FLUSH_READ_LAST || init_read_last(flush));
 }
 
 bool tkb_flush_run(tkb_flush *flush, unsigned pattern) {
@@ -103,6 +204,18 @@ bool tkb_flush_run(tkb_flush *flush, unsigned pattern) {
                      "cuMemsetD32");
     unsigned long long words = TKB_FLUSH_BYTES / 16;
     void *params[] = {&flush->buffer, &words, &flush->sink};
+    if (flush->mode == TKB_FLUSH_READ_LAST) {
+        unsigned long long lines = TKB_FLUSH_BYTES / 128;
+        void *demote[] = {&flush->buffer, &lines};
+        return check(flush,
+                     api->cuLaunchKernel(flush->last_function, READ_BLOCKS, 1, 1, READ_THREADS,
+                                         1, 1, 0, NULL, params, NULL),
+                     "cuLaunchKernel (read-last flush)") &&
+               check(flush,
+                     api->cuLaunchKernel(flush->demote_function, READ_BLOCKS, 1, 1,
+                                         READ_THREADS, 1, 1, 0, NULL, demote, NULL),
+                     "cuLaunchKernel (demote)");
+    }
     return check(flush,
                  api->cuLaunchKernel(flush->function, READ_BLOCKS, 1, 1, READ_THREADS, 1, 1, 0,
                                      NULL, params, NULL),
@@ -116,5 +229,7 @@ void tkb_flush_free(tkb_flush *flush) {
 }
 
 const char *tkb_flush_name(tkb_flush_mode mode) {
+    if (mode == TKB_FLUSH_READ_LAST)
+        return "evict_last read of 256 MiB, then its lines demoted to normal";
     return mode == TKB_FLUSH_MEMSET ? "memset of 256 MiB" : "read of 256 MiB";
 }

@@ -1,6 +1,6 @@
 /*
  * flush.h -- the L2 flush tkbench runs before each timed launch (flush.c
- * explains the two modes and why reading is the default).
+ * explains the modes and why reading is the default).
  */
 #ifndef TKBENCH_FLUSH_H
 #define TKBENCH_FLUSH_H
@@ -11,7 +11,7 @@
 
 #define TKB_FLUSH_BYTES ((size_t)256 << 20) /* > the H200's 60 MB L2 */
 
-typedef enum { TKB_FLUSH_READ, TKB_FLUSH_MEMSET } tkb_flush_mode;
+typedef enum { TKB_FLUSH_READ, TKB_FLUSH_MEMSET, TKB_FLUSH_READ_LAST } tkb_flush_mode;
 
 typedef struct tkb_flush {
     const tk__driver_api *api;
@@ -19,6 +19,8 @@ typedef struct tkb_flush {
     CUdeviceptr buffer, sink;
     CUmodule module;
     CUfunction function;
+    CUmodule last_module, demote_module; /* --flush read-last only */
+    CUfunction last_function, demote_function;
 } tkb_flush;
 
 /* Allocates the buffer (and loads the read kernel); false after a message

@@ -26,7 +26,7 @@
  * SM clock and power read through NVML (bench/clock.c) under load, and
  * more CSV columns.
  *
- * Usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE] [--flush read|memset]
+ * Usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE] [--flush read|read-last|memset]
  * Exit status: 0 all checks passed, 1 a check or launch failed, 2 no
  * device or a setup error.
  */
@@ -751,12 +751,13 @@ static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
 /* ---- driver ------------------------------------------------------------------- */
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE] [--flush read|memset]\n"
+    fprintf(out, "usage: tkbench [--filter SUBSTR] [--iters N] [--csv FILE] [--flush read|read-last|memset]\n"
                  "  --filter SUBSTR  run only benchmarks whose label contains SUBSTR\n"
                  "  --iters N        timed runs per kernel (default %d, at least 1)\n"
                  "  --csv FILE       also write the results as CSV\n"
                  "  --flush MODE     how the L2 is emptied before each timed launch:\n"
-                 "                   read (default: clean lines) or memset (dirty lines)\n",
+                 "                   read-last (default: evicts evict_last lines too, then\n"
+                 "                   reads; clean lines), read (reads only) or memset (dirty lines)\n",
             DEFAULT_ITERS);
 }
 
@@ -854,7 +855,7 @@ static void print_clocks(const bench_context *ctx, CUdevice device) {
 
 int main(int argc, char **argv) {
     const char *filter = NULL, *csv_path = NULL;
-    tkb_flush_mode flush_mode = TKB_FLUSH_READ;
+    tkb_flush_mode flush_mode = TKB_FLUSH_READ_LAST;
     bench_context ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.iters = DEFAULT_ITERS;
@@ -875,8 +876,11 @@ int main(int argc, char **argv) {
                 flush_mode = TKB_FLUSH_READ;
             } else if (!strcmp(mode, "memset")) {
                 flush_mode = TKB_FLUSH_MEMSET;
+            } else if (!strcmp(mode, "read-last")) {
+                flush_mode = TKB_FLUSH_READ_LAST;
             } else {
-                fprintf(stderr, "tkbench: --flush takes read or memset, not '%s'\n", mode);
+                fprintf(stderr, "tkbench: --flush takes read, read-last or memset, not '%s'\n",
+                        mode);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
