@@ -30,61 +30,27 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Each thread xors 16-byte words of the buffer, grid-stride; the result
- * is stored only if it equals a value the fill pattern cannot produce
- * (an even or odd number of copies of 0x3F800000 xor to 0 or to the
- * pattern), which keeps the loads live without writing anything. */
-static const char READ_FLUSH_PTX[] =
+/* The flush kernels, one grid-stride loop over a count of items of the
+ * buffer (flush_ptx joins these pieces):
+ *   read:       each item is a 16-byte word; the thread xors them and
+ *               stores the result only if it equals a value the fill
+ *               pattern cannot produce (an even or odd number of copies of
+ *               0x3F800000 xor to 0 or to the pattern), which keeps the
+ *               loads live without writing anything;
+ *   read-last:  the same loads with an L2 evict_last policy;
+ *   demote:     each item is a 128-byte line, given normal priority again
+ *               (applypriority: a no-op for a line not in the L2). */
+static const char PTX_HEAD[] =
     ".version 8.0\n"
     ".target sm_90\n"
     ".address_size 64\n"
-    ".visible .entry tkbench_read_flush(.param .u64 buffer, .param .u64 words,\n"
-    "                                   .param .u64 sink) {\n"
-    "  .reg .u64 %rd<10>;\n"
-    "  .reg .u32 %r<12>;\n"
-    "  .reg .pred %p<3>;\n"
-    "  ld.param.u64 %rd1, [buffer];\n"
-    "  ld.param.u64 %rd2, [words];\n"
-    "  ld.param.u64 %rd9, [sink];\n"
-    "  mov.u32 %r1, %ctaid.x;\n"
-    "  mov.u32 %r2, %ntid.x;\n"
-    "  mov.u32 %r3, %tid.x;\n"
-    "  mov.u32 %r4, %nctaid.x;\n"
-    "  mul.wide.u32 %rd3, %r1, %r2;\n"
-    "  cvt.u64.u32 %rd4, %r3;\n"
-    "  add.u64 %rd3, %rd3, %rd4;\n"
-    "  mul.wide.u32 %rd5, %r4, %r2;\n"
-    "  mov.u32 %r5, 0;\n"
-    "LOOP:\n"
-    "  setp.ge.u64 %p1, %rd3, %rd2;\n"
-    "  @%p1 bra DONE;\n"
-    "  shl.b64 %rd6, %rd3, 4;\n"
-    "  add.u64 %rd7, %rd1, %rd6;\n"
-    "  ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd7];\n"
-    "  xor.b32 %r5, %r5, %r6;\n"
-    "  xor.b32 %r5, %r5, %r7;\n"
-    "  xor.b32 %r5, %r5, %r8;\n"
-    "  xor.b32 %r5, %r5, %r9;\n"
-    "  add.u64 %rd3, %rd3, %rd5;\n"
-    "  bra LOOP;\n"
-    "DONE:\n"
-    "  setp.eq.u32 %p2, %r5, 0x9E3779B9;\n"
-    "  @%p2 st.global.u32 [%rd9], %r5;\n"
-    "  ret;\n"
-    "}\n";
-
-/* The same reads at evict_last priority (--flush read-last, below). */
-static const char READ_LAST_FLUSH_PTX[] =
-    ".version 8.0\n"
-    ".target sm_90\n"
-    ".address_size 64\n"
-    ".visible .entry tkbench_read_last_flush(.param .u64 buffer, .param .u64 words,\n"
-    "                                   .param .u64 sink) {\n"
+    ".visible .entry tkbench_flush(.param .u64 buffer, .param .u64 count,\n"
+    "                              .param .u64 sink) {\n"
     "  .reg .u64 %rd<11>;\n"
     "  .reg .u32 %r<12>;\n"
     "  .reg .pred %p<3>;\n"
     "  ld.param.u64 %rd1, [buffer];\n"
-    "  ld.param.u64 %rd2, [words];\n"
+    "  ld.param.u64 %rd2, [count];\n"
     "  ld.param.u64 %rd9, [sink];\n"
     "  mov.u32 %r1, %ctaid.x;\n"
     "  mov.u32 %r2, %ntid.x;\n"
@@ -98,14 +64,25 @@ static const char READ_LAST_FLUSH_PTX[] =
     "  createpolicy.fractional.L2::evict_last.b64 %rd10, 1.0;\n"
     "LOOP:\n"
     "  setp.ge.u64 %p1, %rd3, %rd2;\n"
-    "  @%p1 bra DONE;\n"
+    "  @%p1 bra DONE;\n";
+static const char PTX_READ[] =
     "  shl.b64 %rd6, %rd3, 4;\n"
     "  add.u64 %rd7, %rd1, %rd6;\n"
-    "  ld.global.L2::cache_hint.v4.u32 {%r6, %r7, %r8, %r9}, [%rd7], %rd10;\n"
+    "  ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd7];\n";
+static const char PTX_READ_LAST[] =
+    "  shl.b64 %rd6, %rd3, 4;\n"
+    "  add.u64 %rd7, %rd1, %rd6;\n"
+    "  ld.global.L2::cache_hint.v4.u32 {%r6, %r7, %r8, %r9}, [%rd7], %rd10;\n";
+static const char PTX_XOR[] =
     "  xor.b32 %r5, %r5, %r6;\n"
     "  xor.b32 %r5, %r5, %r7;\n"
     "  xor.b32 %r5, %r5, %r8;\n"
-    "  xor.b32 %r5, %r5, %r9;\n"
+    "  xor.b32 %r5, %r5, %r9;\n";
+static const char PTX_DEMOTE[] =
+    "  shl.b64 %rd6, %rd3, 7;\n"
+    "  add.u64 %rd7, %rd1, %rd6;\n"
+    "  applypriority.global.L2::evict_normal [%rd7], 128;\n";
+static const char PTX_TAIL[] =
     "  add.u64 %rd3, %rd3, %rd5;\n"
     "  bra LOOP;\n"
     "DONE:\n"
@@ -114,37 +91,7 @@ static const char READ_LAST_FLUSH_PTX[] =
     "  ret;\n"
     "}\n";
 
-/* Gives every line of the buffer still in the L2 normal priority again
- * (applypriority is a no-op for a line that is not there). */
-static const char DEMOTE_PTX[] =
-    ".version 8.0\n"
-    ".target sm_90\n"
-    ".address_size 64\n"
-    ".visible .entry tkbench_demote(.param .u64 buffer, .param .u64 lines) {\n"
-    "  .reg .u64 %rd<8>;\n"
-    "  .reg .u32 %r<5>;\n"
-    "  .reg .pred %p<2>;\n"
-    "  ld.param.u64 %rd1, [buffer];\n"
-    "  ld.param.u64 %rd2, [lines];\n"
-    "  mov.u32 %r1, %ctaid.x;\n"
-    "  mov.u32 %r2, %ntid.x;\n"
-    "  mov.u32 %r3, %tid.x;\n"
-    "  mov.u32 %r4, %nctaid.x;\n"
-    "  mul.wide.u32 %rd3, %r1, %r2;\n"
-    "  cvt.u64.u32 %rd4, %r3;\n"
-    "  add.u64 %rd3, %rd3, %rd4;\n"
-    "  mul.wide.u32 %rd5, %r4, %r2;\n"
-    "LOOP:\n"
-    "  setp.ge.u64 %p1, %rd3, %rd2;\n"
-    "  @%p1 bra DONE;\n"
-    "  shl.b64 %rd6, %rd3, 7;\n"
-    "  add.u64 %rd7, %rd1, %rd6;\n"
-    "  applypriority.global.L2::evict_normal [%rd7], 128;\n"
-    "  add.u64 %rd3, %rd3, %rd5;\n"
-    "  bra LOOP;\n"
-    "DONE:\n"
-    "  ret;\n"
-    "}\n";
+typedef enum { KERNEL_READ, KERNEL_READ_LAST, KERNEL_DEMOTE } flush_kernel;
 
 #define FILL_PATTERN 0x3F800000u
 #define READ_BLOCKS 2048
@@ -160,20 +107,18 @@ static bool check(const tkb_flush *flush, CUresult result, const char *what) {
     return false;
 }
 
-/* The evict_last read kernel and the demote kernel of --flush read-last. */
-static bool init_read_last(tkb_flush *flush) {
-    const tk__driver_api *api = flush->api;
-    return check(flush, api->cuModuleLoadData(&flush->last_module, READ_LAST_FLUSH_PTX),
-                 "cuModuleLoadData (read-last flush PTX)") &&
-           check(flush,
-                 api->cuModuleGetFunction(&flush->last_function, flush->last_module,
-                                          "tkbench_read_last_flush"),
-                 "cuModuleGetFunction") &&
-           check(flush, api->cuModuleLoadData(&flush->demote_module, DEMOTE_PTX),
-                 "cuModuleLoadData (demote PTX)") &&
-           check(flush,
-                 api->cuModuleGetFunction(&flush->demote_function, flush->demote_module,
-                                          "tkbench_demote"),
+/* Loads one of the flush kernels. */
+static bool load_kernel(tkb_flush *flush, flush_kernel kind, CUmodule *module,
+                        CUfunction *function) {
+    char ptx[sizeof PTX_HEAD + sizeof PTX_READ_LAST + sizeof PTX_XOR + sizeof PTX_TAIL];
+    const char *body = kind == KERNEL_READ ? PTX_READ
+                       : kind == KERNEL_READ_LAST ? PTX_READ_LAST
+                                                  : PTX_DEMOTE;
+    snprintf(ptx, sizeof ptx, "%s%s%s%s", PTX_HEAD, body, kind == KERNEL_DEMOTE ? "" : PTX_XOR,
+             PTX_TAIL);
+    return check(flush, flush->api->cuModuleLoadData(module, ptx),
+                 "cuModuleLoadData (flush PTX)") &&
+           check(flush, flush->api->cuModuleGetFunction(function, *module, "tkbench_flush"),
                  "cuModuleGetFunction");
 }
 
@@ -188,13 +133,10 @@ bool tkb_flush_init(tkb_flush *flush, const tk__driver_api *api, tkb_flush_mode 
         return true;
     return check(flush, api->cuMemsetD32(flush->buffer, FILL_PATTERN, TKB_FLUSH_BYTES / 4),
                  "cuMemsetD32") &&
-           check(flush, api->cuModuleLoadData(&flush->module, READ_FLUSH_PTX),
-                 "cuModuleLoadData (read-flush PTX)") &&
-           check(flush,
-                 api->cuModuleGetFunction(&flush->function, flush->module,
-                                          "tkbench_read_flush"),
-                 "cuModuleGetFunction") &&
-           (mode != TKB_FLUSH_READ_LAST || init_read_last(flush));
+           load_kernel(flush, KERNEL_READ, &flush->module, &flush->function) &&
+           (mode != TKB_FLUSH_READ_LAST ||
+            (load_kernel(flush, KERNEL_READ_LAST, &flush->last_module, &flush->last_function) &&
+             load_kernel(flush, KERNEL_DEMOTE, &flush->demote_module, &flush->demote_function)));
 }
 
 bool tkb_flush_run(tkb_flush *flush, unsigned pattern) {
@@ -206,7 +148,7 @@ bool tkb_flush_run(tkb_flush *flush, unsigned pattern) {
     void *params[] = {&flush->buffer, &words, &flush->sink};
     if (flush->mode == TKB_FLUSH_READ_LAST) {
         unsigned long long lines = TKB_FLUSH_BYTES / 128;
-        void *demote[] = {&flush->buffer, &lines};
+        void *demote[] = {&flush->buffer, &lines, &flush->sink};
         return check(flush,
                      api->cuLaunchKernel(flush->last_function, READ_BLOCKS, 1, 1, READ_THREADS,
                                          1, 1, 0, NULL, params, NULL),
