@@ -31,7 +31,7 @@
 #include <string.h>
 
 /* The flush kernels, one grid-stride loop over a count of items of the
- * buffer (flush_ptx joins these pieces):
+ * buffer (load_kernel joins these pieces):
  *   read:       each item is a 16-byte word; the thread xors them and
  *               stores the result only if it equals a value the fill
  *               pattern cannot produce (an even or odd number of copies of
