@@ -60,8 +60,9 @@ static const char PTX_HEAD[] =
     "  cvt.u64.u32 %rd4, %r3;\n"
     "  add.u64 %rd3, %rd3, %rd4;\n"
     "  mul.wide.u32 %rd5, %r4, %r2;\n"
-    "  mov.u32 %r5, 0;\n"
-    "  createpolicy.fractional.L2::evict_last.b64 %rd10, 1.0;\n"
+    "  mov.u32 %r5, 0;\n";
+static const char PTX_POLICY[] = "  createpolicy.fractional.L2::evict_last.b64 %rd10, 1.0;\n";
+static const char PTX_LOOP[] =
     "LOOP:\n"
     "  setp.ge.u64 %p1, %rd3, %rd2;\n"
     "  @%p1 bra DONE;\n";
@@ -110,12 +111,14 @@ static bool check(const tkb_flush *flush, CUresult result, const char *what) {
 /* Loads one of the flush kernels. */
 static bool load_kernel(tkb_flush *flush, flush_kernel kind, CUmodule *module,
                         CUfunction *function) {
-    char ptx[sizeof PTX_HEAD + sizeof PTX_READ_LAST + sizeof PTX_XOR + sizeof PTX_TAIL];
+    char ptx[sizeof PTX_HEAD + sizeof PTX_POLICY + sizeof PTX_LOOP + sizeof PTX_READ_LAST +
+             sizeof PTX_XOR + sizeof PTX_TAIL];
     const char *body = kind == KERNEL_READ ? PTX_READ
                        : kind == KERNEL_READ_LAST ? PTX_READ_LAST
                                                   : PTX_DEMOTE;
-    snprintf(ptx, sizeof ptx, "%s%s%s%s", PTX_HEAD, body, kind == KERNEL_DEMOTE ? "" : PTX_XOR,
-             PTX_TAIL);
+    snprintf(ptx, sizeof ptx, "%s%s%s%s%s%s", PTX_HEAD,
+             kind == KERNEL_READ_LAST ? PTX_POLICY : "", PTX_LOOP, body,
+             kind == KERNEL_DEMOTE ? "" : PTX_XOR, PTX_TAIL);
     return check(flush, flush->api->cuModuleLoadData(module, ptx),
                  "cuModuleLoadData (flush PTX)") &&
            check(flush, flush->api->cuModuleGetFunction(function, *module, "tkbench_flush"),
@@ -133,10 +136,10 @@ bool tkb_flush_init(tkb_flush *flush, const tk__driver_api *api, tkb_flush_mode 
         return true;
     return check(flush, api->cuMemsetD32(flush->buffer, FILL_PATTERN, TKB_FLUSH_BYTES / 4),
                  "cuMemsetD32") &&
-           load_kernel(flush, KERNEL_READ, &flush->module, &flush->function) &&
+           load_kernel(flush, mode == TKB_FLUSH_READ_LAST ? KERNEL_READ_LAST : KERNEL_READ,
+                       &flush->module, &flush->function) &&
            (mode != TKB_FLUSH_READ_LAST ||
-            (load_kernel(flush, KERNEL_READ_LAST, &flush->last_module, &flush->last_function) &&
-             load_kernel(flush, KERNEL_DEMOTE, &flush->demote_module, &flush->demote_function)));
+            load_kernel(flush, KERNEL_DEMOTE, &flush->demote_module, &flush->demote_function));
 }
 
 bool tkb_flush_run(tkb_flush *flush, unsigned pattern) {
@@ -145,23 +148,18 @@ bool tkb_flush_run(tkb_flush *flush, unsigned pattern) {
         return check(flush, api->cuMemsetD32(flush->buffer, pattern, TKB_FLUSH_BYTES / 4),
                      "cuMemsetD32");
     unsigned long long words = TKB_FLUSH_BYTES / 16;
+    unsigned long long lines = TKB_FLUSH_BYTES / 128;
     void *params[] = {&flush->buffer, &words, &flush->sink};
-    if (flush->mode == TKB_FLUSH_READ_LAST) {
-        unsigned long long lines = TKB_FLUSH_BYTES / 128;
-        void *demote[] = {&flush->buffer, &lines, &flush->sink};
-        return check(flush,
-                     api->cuLaunchKernel(flush->last_function, READ_BLOCKS, 1, 1, READ_THREADS,
-                                         1, 1, 0, NULL, params, NULL),
-                     "cuLaunchKernel (read-last flush)") &&
-               check(flush,
-                     api->cuLaunchKernel(flush->demote_function, READ_BLOCKS, 1, 1,
-                                         READ_THREADS, 1, 1, 0, NULL, demote, NULL),
-                     "cuLaunchKernel (demote)");
-    }
+    void *demote[] = {&flush->buffer, &lines, &flush->sink};
     return check(flush,
                  api->cuLaunchKernel(flush->function, READ_BLOCKS, 1, 1, READ_THREADS, 1, 1, 0,
                                      NULL, params, NULL),
-                 "cuLaunchKernel (read flush)");
+                 "cuLaunchKernel (read flush)") &&
+           (flush->mode != TKB_FLUSH_READ_LAST ||
+            check(flush,
+                  api->cuLaunchKernel(flush->demote_function, READ_BLOCKS, 1, 1, READ_THREADS, 1,
+                                      1, 0, NULL, demote, NULL),
+                  "cuLaunchKernel (demote)"));
 }
 
 void tkb_flush_free(tkb_flush *flush) {

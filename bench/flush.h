@@ -17,10 +17,10 @@ typedef struct tkb_flush {
     const tk__driver_api *api;
     tkb_flush_mode mode;
     CUdeviceptr buffer, sink;
-    CUmodule module;
+    CUmodule module;     /* the read kernel (evict_last loads for read-last) */
     CUfunction function;
-    CUmodule last_module, demote_module; /* --flush read-last only */
-    CUfunction last_function, demote_function;
+    CUmodule demote_module; /* --flush read-last only */
+    CUfunction demote_function;
 } tkb_flush;
 
 /* Allocates the buffer (and loads the read kernel); false after a message
