@@ -15,8 +15,8 @@
  * read once + every output written once (scale factors included, at their
  * logical size, as TileKernels' count_bytes counts them).
  *
- * The rows of this file (transposes, per_token_cast, cast_back) are
- * built in; kernel families add theirs from bench/bench_<family>.c
+ * The built-in rows (transposes, per_token_cast, cast_back) are in
+ * bench/builtin.c; kernel families add theirs from bench/bench_<family>.c
  * through bench.h's registry (TKB_REGISTER), timed the same way.
  * Compute-bound rows (the GEMMs) carry their flop count and a vendor
  * ceiling (cuBLAS) timed interleaved with them, launch by launch, after
@@ -40,109 +40,13 @@
 #include "reference.h"
 #include "tk.h"
 #include "tk_internal.h"
+#include "tkbench.h"
 
-#define COPY_BYTES ((size_t)4 << 30)  /* the copy-rate buffer: 4 GiB      */
 #define COPY_RUNS 20
 #define DEFAULT_ITERS 100
-#define INPUT_SEED 20240601
-
-typedef enum bench_kind { BENCH_TRANSPOSE, BENCH_PER_TOKEN_CAST, BENCH_CAST_BACK } bench_kind;
-
-/* One benchmark row.  For transposes rows x cols is each batch's input;
- * for casts (rows, cols) is (tokens, hidden). */
-typedef struct bench {
-    const char *name;
-    bench_kind kind;
-    tk_dtype in_dtype, out_dtype;
-    int64_t batches, rows, cols;
-    bool batched;
-    int block_m, block_k;
-    bool round_sf;
-    tk_sf_layout layout;
-} bench;
-
-/* TileKernels' benchmark shapes (perf-anchors.md); the per_token_cast
- * with packed UE8M0 scales is the headline. */
-static const bench BENCHES[] = {
-    {"batched_transpose", BENCH_TRANSPOSE, TK_BF16, TK_BF16, 32, 8064, 7168, true, 0, 0, false, 0},
-    {"batched_transpose", BENCH_TRANSPOSE, TK_E4M3, TK_E4M3, 32, 8064, 7168, true, 0, 0, false, 0},
-    {"batched_transpose", BENCH_TRANSPOSE, TK_F32, TK_F32, 8, 8064, 7168, true, 0, 0, false, 0},
-    {"transpose", BENCH_TRANSPOSE, TK_BF16, TK_BF16, 1, 8064, 7168, false, 0, 0, false, 0},
-    {"per_token_cast", BENCH_PER_TOKEN_CAST, TK_BF16, TK_E4M3, 1, 8001, 7168, false, 1, 128,
-     true, TK_SF_PACKED_UE8M0},
-    {"per_token_cast", BENCH_PER_TOKEN_CAST, TK_BF16, TK_E4M3, 1, 8001, 7168, false, 1, 128,
-     false, TK_SF_ROW_MAJOR},
-    {"per_token_cast", BENCH_PER_TOKEN_CAST, TK_BF16, TK_E4M3, 1, 8001, 7168, false, 1, 32,
-     true, TK_SF_PACKED_UE8M0},
-    {"per_token_cast", BENCH_PER_TOKEN_CAST, TK_F32, TK_E4M3, 1, 8001, 7168, false, 1, 128,
-     true, TK_SF_PACKED_UE8M0},
-    {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_BF16, 1, 8001, 7168, false, 1, 128, true,
-     TK_SF_ROW_MAJOR},
-    {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_BF16, 1, 8001, 7168, false, 128, 128, true,
-     TK_SF_ROW_MAJOR},
-    {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_BF16, 1, 8001, 7168, false, 1, 128, true,
-     TK_SF_PACKED_UE8M0},
-    {"cast_back", BENCH_CAST_BACK, TK_E4M3, TK_F32, 1, 8001, 7168, false, 1, 128, true,
-     TK_SF_ROW_MAJOR},
-};
-#define NUM_BENCHES (sizeof BENCHES / sizeof BENCHES[0])
-
-/* Statistics of one series of timed launches, in microseconds. */
-typedef struct timing {
-    double median_us, min_us, p20_us, p80_us;
-} timing;
-
-typedef struct result {
-    const char *kernel;
-    char label[160]; /* kernel shape config, what --filter matches */
-    char shape[48], config[64];
-    double bytes;
-    timing time;    /* our kernel */
-    timing ceiling; /* compute rows: the vendor launches interleaved with ours */
-    double gbs, percent_copy;
-    /* memory rows: the median time of a device-to-device copy moving the
-     * same bytes (bytes / 2 read, bytes / 2 written), timed the same way
-     * right after the kernel; 0 = not measured */
-    double same_copy_us;
-    double tflops, ceiling_tflops; /* compute-bound rows; 0 = none */
-    /* compute rows: the SM clock (MHz), board power and what limits the
-     * clock, read under load right after the timing; 0 and "" = unknown */
-    int sm_clock_mhz;
-    double power_w;
-    const char *clock_limit;
-    const char *check; /* "ok", "FAIL", "error" */
-    char detail[200];
-} result;
-
-/* Everything one run needs; passed around instead of globals. */
-typedef struct bench_context {
-    const tk__driver_api *api;
-    tkb_flush flush;
-    CUevent start, stop;
-    int iters;
-    double copy_gbs;
-} bench_context;
-
-static const char *dtype_name(tk_dtype dtype) {
-    switch (dtype) {
-    case TK_F32: return "f32";
-    case TK_BF16: return "bf16";
-    case TK_E4M3: return "e4m3";
-    default: return "?";
-    }
-}
-
-static const char *layout_name(tk_sf_layout layout) {
-    switch (layout) {
-    case TK_SF_ROW_MAJOR: return "row f32";
-    case TK_SF_COL_MAJOR: return "col f32";
-    case TK_SF_PACKED_UE8M0: return "packed ue8m0";
-    }
-    return "?";
-}
 
 /* Reports a failed driver call and returns false. */
-static bool cu_ok(const bench_context *ctx, CUresult result, const char *what) {
+bool tkb_cu_ok(const bench_context *ctx, CUresult result, const char *what) {
     if (result == CUDA_SUCCESS)
         return true;
     const char *message = "?";
@@ -151,7 +55,6 @@ static bool cu_ok(const bench_context *ctx, CUresult result, const char *what) {
     fprintf(stderr, "tkbench: %s failed: %d (%s)\n", what, (int)result, message);
     return false;
 }
-#define CU(ctx, call) cu_ok((ctx), (ctx)->api->call, #call)
 
 static int compare_floats(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -162,22 +65,6 @@ static int compare_floats(const void *a, const void *b) {
 static double quantile(const float *sorted, int count, double q) {
     int index = (int)(q * (count - 1) + 0.5);
     return sorted[index];
-}
-
-static void *device_address(CUdeviceptr ptr) { return (void *)(uintptr_t)ptr; }
-
-static tk_tensor tensor_nd(CUdeviceptr data, tk_dtype dtype, int rank, const int64_t *shape,
-                           const int64_t *strides) {
-    tk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = device_address(data);
-    t.dtype = dtype;
-    t.rank = rank;
-    for (int i = 0; i < rank; i++) {
-        t.shape[i] = shape[i];
-        t.strides[i] = strides[i];
-    }
-    return t;
 }
 
 /* ---- the copy ceiling ------------------------------------------------------ */
@@ -210,215 +97,7 @@ static bool measure_copy(bench_context *ctx) {
     return true;
 }
 
-/* ---- one benchmark ------------------------------------------------------------ */
-
-/* Device and host buffers of one benchmark; launch() reads them. */
-typedef struct bench_buffers {
-    const bench *b;
-    CUdeviceptr x, sf, out;
-    size_t x_bytes, sf_bytes, out_bytes;
-    void *host_x, *host_sf, *host_out, *host_want;
-    ref_sf_shape sf_shape;
-} bench_buffers;
-
-static tk_status launch(const bench_buffers *buf) {
-    const bench *b = buf->b;
-    if (b->kind == BENCH_TRANSPOSE) {
-        if (b->batched) {
-            int64_t xs[3] = {b->batches, b->rows, b->cols};
-            int64_t xt[3] = {b->rows * b->cols, b->cols, 1};
-            int64_t os[3] = {b->batches, b->cols, b->rows};
-            int64_t ot[3] = {b->rows * b->cols, b->rows, 1};
-            tk_tensor x = tensor_nd(buf->x, b->in_dtype, 3, xs, xt);
-            tk_tensor out = tensor_nd(buf->out, b->out_dtype, 3, os, ot);
-            return tk_batched_transpose(&x, &out, NULL);
-        }
-        int64_t xs[2] = {b->rows, b->cols}, xt[2] = {b->cols, 1};
-        int64_t os[2] = {b->cols, b->rows}, ot[2] = {b->rows, 1};
-        tk_tensor x = tensor_nd(buf->x, b->in_dtype, 2, xs, xt);
-        tk_tensor out = tensor_nd(buf->out, b->out_dtype, 2, os, ot);
-        return tk_transpose(&x, &out, NULL);
-    }
-    int64_t shape[2] = {b->rows, b->cols}, strides[2] = {b->cols, 1};
-    tk_tensor sf;
-    size_t sf_bytes;
-    tk_status status = tk_sf_desc(b->rows, b->cols, b->block_m, b->block_k, b->layout, &sf,
-                                  &sf_bytes);
-    if (status != TK_SUCCESS)
-        return status;
-    sf.data = device_address(buf->sf);
-    tk_tensor x = tensor_nd(buf->x, b->in_dtype, 2, shape, strides);
-    tk_tensor out = tensor_nd(buf->out, b->out_dtype, 2, shape, strides);
-    if (b->kind == BENCH_PER_TOKEN_CAST)
-        return tk_per_token_cast(&x, b->block_k, b->round_sf, b->layout, &out, &sf, NULL);
-    return tk_cast_back(&x, &sf, b->block_m, b->block_k, &out, NULL);
-}
-
-/* Bytes one call moves: inputs read once, outputs written once, scale
- * factors at their logical size (nbm x nbk f32, or nbm x ceil(nbk/4) i32). */
-static double bytes_moved(const bench_buffers *buf) {
-    const bench *b = buf->b;
-    double elements = (double)b->batches * (double)b->rows * (double)b->cols;
-    double sf = 0;
-    if (b->kind != BENCH_TRANSPOSE)
-        sf = (double)buf->sf_shape.shape[0] * (double)buf->sf_shape.shape[1] * 4.0;
-    return elements * (double)(tk_dtype_size(b->in_dtype) + tk_dtype_size(b->out_dtype)) + sf;
-}
-
-/* Fills the host inputs (and, for cast_back, quantises them first). */
-static bool make_inputs(bench_buffers *buf) {
-    const bench *b = buf->b;
-    int64_t elements = b->batches * b->rows * b->cols;
-    if (b->kind == BENCH_TRANSPOSE) {
-        if (b->in_dtype == TK_E4M3)
-            ref_fill_rand_e4m3(buf->host_x, elements, INPUT_SEED);
-        else
-            ref_fill_rand_float(buf->host_x, b->in_dtype, b->batches * b->rows, b->cols, -10, 10,
-                                INPUT_SEED);
-        return true;
-    }
-    if (b->kind == BENCH_PER_TOKEN_CAST) {
-        ref_fill_rand_float(buf->host_x, b->in_dtype, b->rows, b->cols, -10, 10, INPUT_SEED);
-        return true;
-    }
-    /* cast_back reads what a block cast of random bf16 values produces */
-    uint16_t *source = malloc((size_t)elements * 2);
-    if (!source)
-        return false;
-    ref_fill_rand_float(source, TK_BF16, b->rows, b->cols, -10, 10, INPUT_SEED);
-    memset(buf->host_sf, 0, buf->sf_bytes);
-    bool ok = ref_cast_e4m3(source, TK_BF16, b->rows, b->cols, b->cols, b->block_m, b->block_k,
-                            b->round_sf, b->layout, buf->host_x, buf->host_sf);
-    free(source);
-    return ok;
-}
-
-/* The reference output, into host_want (and, for per_token_cast, the
- * scales into a second buffer after it). */
-static bool compute_reference(const bench_buffers *buf, void *want_sf) {
-    const bench *b = buf->b;
-    switch (b->kind) {
-    case BENCH_TRANSPOSE:
-        ref_batched_transpose(buf->host_x, buf->host_want, tk_dtype_size(b->in_dtype),
-                              b->batches, b->rows, b->cols, b->cols, b->rows * b->cols);
-        return true;
-    case BENCH_PER_TOKEN_CAST:
-        return ref_per_token_cast_e4m3(buf->host_x, b->in_dtype, b->rows, b->cols, b->cols,
-                                       b->block_k, b->round_sf, b->layout, buf->host_want,
-                                       want_sf);
-    case BENCH_CAST_BACK:
-        return ref_cast_back_e4m3(buf->host_x, b->rows, b->cols, buf->host_sf, b->layout,
-                                  b->block_m, b->block_k, b->out_dtype, buf->host_want);
-    }
-    return false;
-}
-
-/* Downloads the kernel's output and compares it with the reference;
- * writes a description of the first mismatch into detail. */
-static bool verify(const bench_context *ctx, bench_buffers *buf, char *detail, size_t size) {
-    const bench *b = buf->b;
-    unsigned char *want_sf = NULL, *got_sf = NULL;
-    bool ok = CU(ctx, cuMemcpyDtoH(buf->host_out, buf->out, buf->out_bytes));
-    if (ok && b->kind == BENCH_PER_TOKEN_CAST) {
-        want_sf = calloc(buf->sf_bytes ? buf->sf_bytes : 1, 1);
-        got_sf = malloc(buf->sf_bytes ? buf->sf_bytes : 1);
-        ok = want_sf && got_sf && CU(ctx, cuMemcpyDtoH(got_sf, buf->sf, buf->sf_bytes));
-    }
-    if (ok && !compute_reference(buf, want_sf)) {
-        snprintf(detail, size, "the reference rejected the arguments");
-        ok = false;
-    }
-    if (ok) {
-        size_t first = ref_first_difference(buf->host_out, buf->host_want, buf->out_bytes);
-        if (first != SIZE_MAX) {
-            size_t element_size = tk_dtype_size(b->out_dtype);
-            snprintf(detail, size, "output differs from the reference at element %zu",
-                     first / element_size);
-            ok = false;
-        }
-    }
-    if (ok && want_sf) {
-        /* only the bytes that hold a scale; padding is the kernel's */
-        const ref_sf_shape *shape = &buf->sf_shape;
-        size_t entry = ref_sf_entry_bytes(shape);
-        for (int64_t i = 0; ok && i < shape->nbm; i++)
-            for (int64_t k = 0; ok && k < shape->nbk; k++) {
-                size_t offset = ref_sf_offset(shape, i, k);
-                if (memcmp(got_sf + offset, want_sf + offset, entry) != 0) {
-                    snprintf(detail, size, "scale of block (%ld, %ld) differs", (long)i,
-                             (long)k);
-                    ok = false;
-                }
-            }
-    }
-    free(want_sf);
-    free(got_sf);
-    return ok;
-}
-
-static void describe(const bench *b, result *r) {
-    if (b->kind == BENCH_TRANSPOSE) {
-        if (b->batched)
-            snprintf(r->shape, sizeof r->shape, "%ldx%ldx%ld", (long)b->batches, (long)b->rows,
-                     (long)b->cols);
-        else
-            snprintf(r->shape, sizeof r->shape, "%ldx%ld", (long)b->rows, (long)b->cols);
-        snprintf(r->config, sizeof r->config, "%s", dtype_name(b->in_dtype));
-    } else {
-        snprintf(r->shape, sizeof r->shape, "%ldx%ld", (long)b->rows, (long)b->cols);
-        snprintf(r->config, sizeof r->config, "%s->%s %dx%d %s%s", dtype_name(b->in_dtype),
-                 dtype_name(b->out_dtype), b->block_m, b->block_k, layout_name(b->layout),
-                 b->round_sf ? " round" : "");
-    }
-    snprintf(r->label, sizeof r->label, "%s %s %s", b->name, r->shape, r->config);
-    r->kernel = b->name;
-}
-
-static void describe_case(const tkb_case *c, result *r) {
-    snprintf(r->shape, sizeof r->shape, "%s", c->shape);
-    snprintf(r->config, sizeof r->config, "%s", c->config);
-    snprintf(r->label, sizeof r->label, "%s %s %s", c->kernel, r->shape, r->config);
-    r->kernel = c->kernel;
-}
-
-static bool alloc_buffers(const bench_context *ctx, bench_buffers *buf) {
-    const bench *b = buf->b;
-    int64_t elements = b->batches * b->rows * b->cols;
-    buf->x_bytes = (size_t)elements * tk_dtype_size(b->in_dtype);
-    buf->out_bytes = (size_t)elements * tk_dtype_size(b->out_dtype);
-    buf->sf_bytes = 0;
-    if (b->kind != BENCH_TRANSPOSE) {
-        if (!ref_sf_shape_of(b->rows, b->cols, b->block_m, b->block_k, b->layout, &buf->sf_shape))
-            return false;
-        buf->sf_bytes = buf->sf_shape.bytes;
-    }
-    buf->host_x = malloc(buf->x_bytes);
-    buf->host_out = malloc(buf->out_bytes);
-    buf->host_want = malloc(buf->out_bytes);
-    buf->host_sf = malloc(buf->sf_bytes ? buf->sf_bytes : 1);
-    if (!buf->host_x || !buf->host_out || !buf->host_want || !buf->host_sf) {
-        fprintf(stderr, "tkbench: out of host memory\n");
-        return false;
-    }
-    return CU(ctx, cuMemAlloc(&buf->x, buf->x_bytes)) &&
-           CU(ctx, cuMemAlloc(&buf->out, buf->out_bytes)) &&
-           CU(ctx, cuMemAlloc(&buf->sf, buf->sf_bytes ? buf->sf_bytes : 4));
-}
-
-static void free_buffers(const bench_context *ctx, bench_buffers *buf) {
-    if (buf->x)
-        ctx->api->cuMemFree(buf->x);
-    if (buf->out)
-        ctx->api->cuMemFree(buf->out);
-    if (buf->sf)
-        ctx->api->cuMemFree(buf->sf);
-    free(buf->host_x);
-    free(buf->host_out);
-    free(buf->host_want);
-    free(buf->host_sf);
-}
-
-typedef tk_status (*launch_fn)(void *state);
+/* ---- timing a row ------------------------------------------------------------- */
 
 /* One timed launch: the L2 flushed outside the timed region (the start
  * event waits for the memset on the same stream), one event pair around
@@ -447,9 +126,6 @@ static void summarise(float *times, int count, timing *t) {
     t->p80_us = quantile(times, count, 0.8) * 1e3;
 }
 
-/* The timed part of a memory-bound row: --iters launches, each through
- * time_one; fills r's statistics.  Returns false (r->check = "error") on
- * failure. */
 /* The copy of a same-size row: one cuMemcpyDtoD of bytes / 2. */
 typedef struct same_copy {
     bench_context *ctx;
@@ -491,8 +167,7 @@ static void time_same_copy(bench_context *ctx, result *r) {
     free(times);
 }
 
-static bool time_launches(bench_context *ctx, launch_fn launch_once, void *state,
-                          result *r) {
+bool tkb_time_launches(bench_context *ctx, launch_fn launch_once, void *state, result *r) {
     float *times = malloc((size_t)ctx->iters * sizeof *times);
     bool ok = times != NULL;
     for (int i = 0; ok && i < ctx->iters; i++)
@@ -508,50 +183,6 @@ static bool time_launches(bench_context *ctx, launch_fn launch_once, void *state
     }
     free(times);
     return ok;
-}
-
-static tk_status launch_builtin(void *state) { return launch(state); }
-
-/* Runs one benchmark; false means the check or a launch failed. */
-static bool run_bench(bench_context *ctx, const bench *b, result *r) {
-    bench_buffers buf;
-    memset(&buf, 0, sizeof buf);
-    buf.b = b;
-    r->check = "error";
-    r->bytes = 0;
-    memset(&r->time, 0, sizeof r->time);
-    r->gbs = r->percent_copy = r->same_copy_us = 0;
-    r->detail[0] = 0;
-    bool ok = alloc_buffers(ctx, &buf) && make_inputs(&buf) &&
-              CU(ctx, cuMemcpyHtoD(buf.x, buf.host_x, buf.x_bytes));
-    if (ok && b->kind == BENCH_CAST_BACK)
-        ok = CU(ctx, cuMemcpyHtoD(buf.sf, buf.host_sf, buf.sf_bytes ? buf.sf_bytes : 1));
-    /* poison the outputs so an unwritten element fails the check */
-    if (ok)
-        ok = CU(ctx, cuMemsetD8(buf.out, 0xFF, buf.out_bytes));
-    if (ok && b->kind == BENCH_PER_TOKEN_CAST)
-        ok = CU(ctx, cuMemsetD8(buf.sf, 0xFF, buf.sf_bytes ? buf.sf_bytes : 4));
-    if (!ok) {
-        snprintf(r->detail, sizeof r->detail, "setup failed");
-        free_buffers(ctx, &buf);
-        return false;
-    }
-    r->bytes = bytes_moved(&buf);
-
-    /* warm-up, which is also the launch that gets checked */
-    tk_status status = launch(&buf);
-    if (status != TK_SUCCESS || !CU(ctx, cuCtxSynchronize())) {
-        snprintf(r->detail, sizeof r->detail, "launch: %s: %s", tk_status_string(status),
-                 tk_last_error());
-        free_buffers(ctx, &buf);
-        return false;
-    }
-    bool checked = verify(ctx, &buf, r->detail, sizeof r->detail);
-    r->check = checked ? "ok" : "FAIL";
-
-    ok = time_launches(ctx, launch_builtin, &buf, r);
-    free_buffers(ctx, &buf);
-    return ok && checked;
 }
 
 /* ---- registered cases (bench.h) ------------------------------------------- */
@@ -584,6 +215,12 @@ static const tkb_compute *compute_of(const tkb_case *c)
     return NULL;
 }
 
+static void describe_case(const tkb_case *c, result *r) {
+    snprintf(r->shape, sizeof r->shape, "%s", c->shape);
+    snprintf(r->config, sizeof r->config, "%s", c->config);
+    snprintf(r->label, sizeof r->label, "%s %s %s", c->kernel, r->shape, r->config);
+    r->kernel = c->kernel;
+}
 
 bool tkb_alloc(const tkb_context *ctx, CUdeviceptr *ptr, size_t bytes)
 {
@@ -712,8 +349,8 @@ static bool time_compute(bench_context *ctx, const tkb_case *c, const tkb_comput
 }
 
 /* Runs a registered case: set up, one launch checked, then timed as
- * run_bench times the built-in rows, or by time_compute for a compute
- * row. */
+ * builtin.c times its rows (tkb_time_launches), or by time_compute for
+ * a compute row. */
 static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
 {
     tkb_context tctx = {ctx->api, INPUT_SEED, &ctx->flush};
@@ -743,7 +380,7 @@ static bool run_case(bench_context *ctx, const tkb_case *c, result *r)
     r->check = checked ? "ok" : "FAIL";
     const tkb_compute *compute = compute_of(c);
     bool ok = compute && compute->flops > 0 ? time_compute(ctx, c, compute, state, r)
-                                            : time_launches(ctx, c->launch, state, r);
+                                            : tkb_time_launches(ctx, c->launch, state, r);
     c->teardown(&tctx, state);
     return ok && checked;
 }
@@ -759,98 +396,6 @@ static void usage(FILE *out) {
                  "                   read-last (default: evicts evict_last lines too, then\n"
                  "                   reads; clean lines), read (reads only) or memset (dirty lines)\n",
             DEFAULT_ITERS);
-}
-
-/* The second table: compute rows in TFLOP/s, ours and the ceiling timed
- * interleaved (time_compute), with the clock read under load after. */
-static void print_compute_table(const result *results, const bool *selected, size_t total) {
-    bool any_compute = false;
-    for (size_t i = 0; i < total; i++)
-        any_compute |= selected[i] && results[i].tflops > 0;
-    if (!any_compute)
-        return;
-    printf("\n%-22s %-14s %-38s %10s %8s %10s %8s %9s %7s %5s %-8s  %s\n", "kernel", "shape",
-           "config", "time us", "TFLOP/s", "cuBLAS us", "cuBLAS", "% cuBLAS", "SM MHz", "W",
-           "limit", "check");
-    for (size_t i = 0; i < total; i++) {
-        const result *r = &results[i];
-        if (!selected[i] || r->tflops <= 0)
-            continue;
-        char ceiling_us[16] = "-", ceiling[16] = "-", percent[16] = "-";
-        char clock[16] = "-", power[16] = "-";
-        if (r->ceiling_tflops > 0) {
-            snprintf(ceiling_us, sizeof ceiling_us, "%.2f", r->ceiling.median_us);
-            snprintf(ceiling, sizeof ceiling, "%.1f", r->ceiling_tflops);
-            snprintf(percent, sizeof percent, "%.1f", 100.0 * r->tflops / r->ceiling_tflops);
-        }
-        if (r->sm_clock_mhz > 0)
-            snprintf(clock, sizeof clock, "%d", r->sm_clock_mhz);
-        if (r->power_w > 0)
-            snprintf(power, sizeof power, "%.0f", r->power_w);
-        const char *limit = r->clock_limit && r->clock_limit[0] ? r->clock_limit : "-";
-        printf("%-22s %-14s %-38s %10.2f %8.1f %10s %8s %9s %7s %5s %-8s  %s\n", r->kernel,
-               r->shape, r->config, r->time.median_us, r->tflops, ceiling_us, ceiling, percent,
-               clock, power, limit, r->check);
-    }
-    printf("(compute rows: ours and cuBLAS timed interleaved, medians; SM MHz, W and limit "
-           "read under load after the timing)\n");
-}
-
-/* The CSV: one row per benchmark that ran.  The first 14 columns are
- * those of earlier runs; compute rows add the interleaved ceiling's
- * statistics and the clock read under load after their timing; the
- * last, memory rows' same-size copy time. */
-static void write_csv(FILE *out, const bench_context *ctx, const result *results,
-                      const bool *selected, size_t total) {
-    fprintf(out, "kernel,shape,config,bytes,time_us,min_us,p20_us,p80_us,gbs,pct_copy,check,"
-                 "tflops,ceiling_tflops,pct_ceiling,ceiling_us,ceiling_min_us,ceiling_p20_us,"
-                 "ceiling_p80_us,sm_mhz,power_w,clock_limit,same_copy_us\n");
-    fprintf(out, "d2d_copy,4GiB,,%.0f,%.2f,,,,%.1f,100.0,ok,,,,,,,,,,,\n",
-            2.0 * (double)COPY_BYTES, 2.0 * (double)COPY_BYTES / (ctx->copy_gbs * 1e9) * 1e6,
-            ctx->copy_gbs);
-    for (size_t i = 0; i < total; i++) {
-        if (!selected[i])
-            continue;
-        const result *r = &results[i];
-        const timing *t = &r->time, *ceiling = &r->ceiling;
-        /* labels may hold commas: quote the text fields (RFC 4180) */
-        fprintf(out, "%s,\"%s\",\"%s\",%.0f,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%s", r->kernel,
-                r->shape, r->config, r->bytes, t->median_us, t->min_us, t->p20_us, t->p80_us,
-                r->gbs, r->percent_copy, r->check);
-        if (r->tflops > 0 && r->ceiling_tflops > 0)
-            fprintf(out, ",%.1f,%.1f,%.1f,%.2f,%.2f,%.2f,%.2f", r->tflops, r->ceiling_tflops,
-                    100.0 * r->tflops / r->ceiling_tflops, ceiling->median_us,
-                    ceiling->min_us, ceiling->p20_us, ceiling->p80_us);
-        else if (r->tflops > 0)
-            fprintf(out, ",%.1f,,,,,,", r->tflops);
-        else
-            fprintf(out, ",,,,,,,");
-        if (r->sm_clock_mhz > 0)
-            fprintf(out, ",%d,%.0f,%s", r->sm_clock_mhz, r->power_w,
-                    r->clock_limit ? r->clock_limit : "");
-        else
-            fprintf(out, ",,,");
-        if (r->same_copy_us > 0)
-            fprintf(out, ",%.2f\n", r->same_copy_us);
-        else
-            fprintf(out, ",\n");
-    }
-}
-
-/* The SM clock line of the header: the device's maximum (the driver's
- * CLOCK_RATE attribute) and, through NVML, the clock and power now. */
-static void print_clocks(const bench_context *ctx, CUdevice device) {
-    int max_khz = 0;
-    char why[200] = "";
-    tkb_clock_sample now;
-    if (ctx->api->cuDeviceGetAttribute(&max_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, device) !=
-        CUDA_SUCCESS)
-        max_khz = 0;
-    printf("SM clock: max %d MHz; ", max_khz / 1000);
-    if (tkb_clock_open(ctx->api, why, sizeof why) && tkb_clock_read(&now))
-        printf("now %u MHz, %.0f W (NVML)\n", now.sm_mhz, now.power_mw / 1000.0);
-    else
-        printf("no live clock: %s\n", why[0] ? why : "NVML query failed");
 }
 
 int main(int argc, char **argv) {
@@ -905,13 +450,14 @@ int main(int argc, char **argv) {
     printf("tkbench: %s, %d SMs; %d timed runs per kernel, L2 flushed before each (%s); "
            "reference threads %d\n",
            name, sms, ctx.iters, tkb_flush_name(flush_mode), ref_thread_count());
-    print_clocks(&ctx, device);
+    tkb_report_clocks(&ctx, device);
     if (!CU(&ctx, cuEventCreate(&ctx.start, CU_EVENT_DEFAULT)) ||
         !CU(&ctx, cuEventCreate(&ctx.stop, CU_EVENT_DEFAULT)) ||
         !tkb_flush_init(&ctx.flush, ctx.api, flush_mode) || !measure_copy(&ctx))
         return 2;
 
-    size_t total = NUM_BENCHES + (size_t)nregistered;
+    size_t builtin_count = tkb_builtin_count();
+    size_t total = builtin_count + (size_t)nregistered;
     result *results = calloc(total, sizeof *results);
     bool *selected = calloc(total, sizeof *selected);
     if (!results || !selected)
@@ -919,37 +465,23 @@ int main(int argc, char **argv) {
     bool all_ok = true;
     int ran = 0;
     for (size_t i = 0; i < total; i++) {
-        if (i < NUM_BENCHES)
-            describe(&BENCHES[i], &results[i]);
+        if (i < builtin_count)
+            tkb_builtin_describe(i, &results[i]);
         else
-            describe_case(registered[i - NUM_BENCHES], &results[i]);
+            describe_case(registered[i - builtin_count], &results[i]);
         selected[i] = !filter || strstr(results[i].label, filter);
         if (!selected[i])
             continue;
         fprintf(stderr, "tkbench: %s ...\n", results[i].label);
-        bool ok = i < NUM_BENCHES ? run_bench(&ctx, &BENCHES[i], &results[i])
-                                  : run_case(&ctx, registered[i - NUM_BENCHES], &results[i]);
+        bool ok = i < builtin_count ? tkb_builtin_run(&ctx, i, &results[i])
+                                    : run_case(&ctx, registered[i - builtin_count], &results[i]);
         if (!ok)
             all_ok = false;
         ran++;
     }
 
-    printf("\n%-22s %-14s %-38s %10s %9s %7s %9s  %s\n", "kernel", "shape", "config",
-           "time us", "GB/s", "% copy", "% same", "check");
-    for (size_t i = 0; i < total; i++) {
-        if (!selected[i])
-            continue;
-        const result *r = &results[i];
-        char same[16] = "-";
-        if (r->same_copy_us > 0 && r->time.median_us > 0)
-            snprintf(same, sizeof same, "%.1f", 100.0 * r->same_copy_us / r->time.median_us);
-        printf("%-22s %-14s %-38s %10.2f %9.1f %7.1f %9s  %s%s%s\n", r->kernel, r->shape,
-               r->config, r->time.median_us, r->gbs, r->percent_copy, same, r->check,
-               r->detail[0] ? ": " : "", r->detail);
-    }
-    printf("(%% same: a device-to-device copy of the row's bytes, timed the same way, over "
-           "the kernel's time)\n");
-    print_compute_table(results, selected, total);
+    tkb_report_memory_table(results, selected, total);
+    tkb_report_compute_table(results, selected, total);
     printf("copy ceiling %.0f GB/s; %d kernel(s) run; %s\n", ctx.copy_gbs, ran,
            all_ok ? "all checks passed" : "SOME CHECKS FAILED");
 
@@ -959,7 +491,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "tkbench: cannot write %s\n", csv_path);
             return 2;
         }
-        write_csv(csv, &ctx, results, selected, total);
+        tkb_report_csv(csv, &ctx, results, selected, total);
         fclose(csv);
     }
     free(results);
