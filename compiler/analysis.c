@@ -18,9 +18,9 @@
  * to the whole range, and congruences keep only coefficients that
  * survive wrapping (powers of two up to 2^bits).
  *
- * The file also holds the constant evaluator used by the bank-conflict
- * simulation and the simulator's hardware model (ir_shared_wavefronts),
- * plus the shared-memory address formula of ir.h.  ir_loop_vector_lanes,
+ * The constant evaluator used by the bank-conflict simulation, the
+ * simulator's hardware model (ir_shared_wavefronts) and the shared-memory
+ * address formula of ir.h are in analysis_eval.c; ir_loop_vector_lanes,
  * the other query plan_shared and vectorize share, is in
  * analysis_loops.c; the symbolic proof that an index is below a tensor
  * dimension (facts_prove_below, for dropping bounds guards) is in
@@ -66,16 +66,16 @@ static int64_t gcd64(int64_t a, int64_t b)
     return a;
 }
 
-static int64_t floor_div(int64_t a, int64_t b)
+int64_t ir_floor_div(int64_t a, int64_t b)
 {
     int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
     return q;
 }
 
-static int64_t floor_mod(int64_t a, int64_t b)
+int64_t ir_floor_mod(int64_t a, int64_t b)
 {
-    return a - floor_div(a, b) * b;
+    return a - ir_floor_div(a, b) * b;
 }
 
 /* The value range of a dtype; false for 64-bit types (no clamp needed
@@ -181,8 +181,8 @@ static Range range_mul(Range a, Range b)
 static Range range_div(Range a, Range b)
 {
     if (!a.ok || !b.ok || b.lo <= 0) return RANGE_NONE;
-    int64_t c[4] = { floor_div(a.lo, b.lo), floor_div(a.lo, b.hi),
-                     floor_div(a.hi, b.lo), floor_div(a.hi, b.hi) };
+    int64_t c[4] = { ir_floor_div(a.lo, b.lo), ir_floor_div(a.lo, b.hi),
+                     ir_floor_div(a.hi, b.lo), ir_floor_div(a.hi, b.hi) };
     Range r = range_make(c[0], c[0]);
     for (int i = 1; i < 4; i++) {
         if (c[i] < r.lo) r.lo = c[i];
@@ -202,7 +202,7 @@ static Modular mod_make(int64_t coeff, int64_t base)
     Modular m;
     if (coeff < 0) coeff = -coeff;
     m.coeff = coeff;
-    m.base = coeff ? floor_mod(base, coeff) : base;
+    m.base = coeff ? ir_floor_mod(base, coeff) : base;
     return m;
 }
 
@@ -246,16 +246,16 @@ static Modular mod_mul(Modular a, Modular b)
 static Modular mod_div(Modular a, int64_t k)
 {
     if (k <= 0) return MOD_ANY;
-    if (a.coeff == 0) return mod_make(0, floor_div(a.base, k));
-    if (a.coeff % k == 0) return mod_make(a.coeff / k, floor_div(a.base, k));
+    if (a.coeff == 0) return mod_make(0, ir_floor_div(a.base, k));
+    if (a.coeff % k == 0) return mod_make(a.coeff / k, ir_floor_div(a.base, k));
     return MOD_ANY;
 }
 
 static Modular mod_mod(Modular a, int64_t k)
 {
     if (k <= 0) return MOD_ANY;
-    if (a.coeff == 0) return mod_make(0, floor_mod(a.base, k));
-    if (a.coeff % k == 0) return mod_make(0, floor_mod(a.base, k));
+    if (a.coeff == 0) return mod_make(0, ir_floor_mod(a.base, k));
+    if (a.coeff % k == 0) return mod_make(0, ir_floor_mod(a.base, k));
     int64_t g = gcd64(a.coeff, k);
     return mod_make(g, a.base);
 }
@@ -336,7 +336,7 @@ static Modular mod_stronger(Modular a, Modular b)
     return a.coeff > b.coeff ? a : b;
 }
 
-static bool int_const(const Expr *e, int64_t *out)
+bool ir_int_constant(const Expr *e, int64_t *out)
 {
     if (!e || e->kind != EXPR_INT || e->lanes > 1) return false;
     *out = e->u.int_value;
@@ -363,7 +363,7 @@ static void add_constraint(Facts *f, const Expr *c)
         }
         if (a->kind == EXPR_BINARY && a->u.binary.op == BIN_MOD &&
             a->u.binary.lhs->kind == EXPR_VAR &&
-            int_const(a->u.binary.rhs, &k) && int_const(b, &r)) {
+            ir_int_constant(a->u.binary.rhs, &k) && ir_int_constant(b, &r)) {
             add_mod_fact(f, a->u.binary.lhs->u.var, k, r);
             return;
         }
@@ -557,12 +557,12 @@ static Range binary_range(Facts *f, const Expr *e)
         return RANGE_NONE;
     case BIN_SHL: {
         int64_t s;
-        if (!int_const(b, &s) || s < 0 || s > 62) return RANGE_NONE;
+        if (!ir_int_constant(b, &s) || s < 0 || s > 62) return RANGE_NONE;
         return range_mul(ra, range_make((int64_t)1 << s, (int64_t)1 << s));
     }
     case BIN_SHR: {
         int64_t s;
-        if (!int_const(b, &s) || s < 0 || s > 62) return RANGE_NONE;
+        if (!ir_int_constant(b, &s) || s < 0 || s > 62) return RANGE_NONE;
         if (ir_dtype_class(e->dtype) == DCLASS_UINT && !(ra.ok && ra.lo >= 0))
             return RANGE_NONE;
         return range_div(ra, range_make((int64_t)1 << s, (int64_t)1 << s));
@@ -675,16 +675,16 @@ static Modular expr_mod(Facts *f, const Expr *e)
             m = mod_union(expr_mod(f, a), expr_mod(f, b));
             break;
         case BIN_SHL:
-            if (int_const(b, &k) && k >= 0 && k < 62)
+            if (ir_int_constant(b, &k) && k >= 0 && k < 62)
                 m = mod_mul(expr_mod(f, a), mod_make(0, (int64_t)1 << k));
             break;
         case BIN_SHR:
-            if (int_const(b, &k) && k >= 0 && k < 62)
+            if (ir_int_constant(b, &k) && k >= 0 && k < 62)
                 m = mod_div(expr_mod(f, a), (int64_t)1 << k);
             break;
         case BIN_AND:
             /* x & (2^n - 1) == x mod 2^n in two's complement */
-            if (int_const(b, &k) && k >= 0 && ((k + 1) & k) == 0)
+            if (ir_int_constant(b, &k) && k >= 0 && ((k + 1) & k) == 0)
                 m = mod_mod(expr_mod(f, a), k + 1);
             break;
         default: break;
@@ -743,217 +743,4 @@ const Expr *facts_definition(Facts *f, const Var *v)
 Kernel *facts_kernel(Facts *f)
 {
     return f->kernel;
-}
-
-/* ------------------------------------------------------------------ */
-/* constant evaluation                                                 */
-/* ------------------------------------------------------------------ */
-
-typedef struct {
-    const Var **vars;
-    const int64_t *values;
-    int nvars;
-    int64_t thread; /* < 0: thread intrinsics are unknown */
-} EvalEnv;
-
-static bool eval(const EvalEnv *env, const Expr *e, int64_t *out);
-
-static bool eval_binary(const EvalEnv *env, const Expr *e, int64_t *out)
-{
-    int64_t a, b;
-    BinOp op = e->u.binary.op;
-    if (!eval(env, e->u.binary.lhs, &a)) return false;
-    if (op == BIN_LAND && !a) { *out = 0; return true; }
-    if (op == BIN_LOR && a) { *out = 1; return true; }
-    if (!eval(env, e->u.binary.rhs, &b)) return false;
-    DType t = e->u.binary.lhs->dtype;
-    bool is_unsigned = ir_dtype_class(t) == DCLASS_UINT;
-    uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
-    int64_t r;
-    switch (op) {
-    case BIN_ADD: r = (int64_t)(ua + ub); break;
-    case BIN_SUB: r = (int64_t)(ua - ub); break;
-    case BIN_MUL: r = (int64_t)(ua * ub); break;
-    case BIN_DIV:
-        if (b == 0 || (a == INT64_MIN && b == -1)) return false;
-        r = is_unsigned && ir_dtype_bits(t) == 64 ? (int64_t)(ua / ub)
-                                                   : floor_div(a, b);
-        break;
-    case BIN_MOD:
-        if (b == 0 || (a == INT64_MIN && b == -1)) return false;
-        r = is_unsigned && ir_dtype_bits(t) == 64 ? (int64_t)(ua % ub)
-                                                   : floor_mod(a, b);
-        break;
-    case BIN_MIN: r = (is_unsigned ? ua < ub : a < b) ? a : b; break;
-    case BIN_MAX: r = (is_unsigned ? ua > ub : a > b) ? a : b; break;
-    case BIN_AND: r = a & b; break;
-    case BIN_OR: r = a | b; break;
-    case BIN_XOR: r = a ^ b; break;
-    case BIN_SHL:
-        if (b < 0 || b >= ir_dtype_bits(t)) return false;
-        r = (int64_t)(ua << b);
-        break;
-    case BIN_SHR:
-        if (b < 0 || b >= ir_dtype_bits(t)) return false;
-        if (is_unsigned) {
-            int bits = ir_dtype_bits(t);
-            uint64_t mask = bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << bits) - 1;
-            r = (int64_t)((ua & mask) >> b);
-        } else {
-            r = a >> b; /* gcc: arithmetic */
-        }
-        break;
-    case BIN_EQ: r = a == b; break;
-    case BIN_NE: r = a != b; break;
-    case BIN_LT: r = is_unsigned ? ua < ub : a < b; break;
-    case BIN_LE: r = is_unsigned ? ua <= ub : a <= b; break;
-    case BIN_GT: r = is_unsigned ? ua > ub : a > b; break;
-    case BIN_GE: r = is_unsigned ? ua >= ub : a >= b; break;
-    case BIN_LAND: r = a && b; break;
-    case BIN_LOR: r = a || b; break;
-    default: return false;
-    }
-    *out = ir_int_wrap(e->dtype, r);
-    return true;
-}
-
-static bool eval(const EvalEnv *env, const Expr *e, int64_t *out)
-{
-    if (!e || e->lanes > 1 || !ir_dtype_is_int(e->dtype)) return false;
-    int64_t a;
-    switch (e->kind) {
-    case EXPR_INT: *out = e->u.int_value; return true;
-    case EXPR_VAR:
-        for (int i = 0; i < env->nvars; i++)
-            if (env->vars[i] == e->u.var) { *out = env->values[i]; return true; }
-        return false;
-    case EXPR_CALL:
-        if (env->thread < 0) return false;
-        switch (e->u.call.op) {
-        case INTR_THREAD_IDX: *out = env->thread; return true;
-        case INTR_LANE_IDX: *out = env->thread % IR_WARP_SIZE; return true;
-        case INTR_WARP_IDX: *out = env->thread / IR_WARP_SIZE; return true;
-        case INTR_BLOCK_IDX_X: case INTR_BLOCK_IDX_Y: case INTR_BLOCK_IDX_Z:
-            *out = 0;
-            return true;
-        case INTR_POPCOUNT:
-            if (!eval(env, e->u.call.args[0], &a)) return false;
-            *out = __builtin_popcountll((uint64_t)a &
-                   (ir_dtype_bits(e->u.call.args[0]->dtype) >= 64 ? ~0ull
-                    : ((1ull << ir_dtype_bits(e->u.call.args[0]->dtype)) - 1)));
-            return true;
-        default: return false;
-        }
-    case EXPR_UNARY:
-        if (!eval(env, e->u.unary.operand, &a)) return false;
-        switch (e->u.unary.op) {
-        case UN_NEG: *out = ir_int_wrap(e->dtype, (int64_t)(0 - (uint64_t)a)); return true;
-        case UN_NOT: *out = ir_int_wrap(e->dtype, ~a); return true;
-        case UN_LNOT: *out = !a; return true;
-        case UN_ABS: *out = ir_int_wrap(e->dtype, a < 0 ? (int64_t)(0 - (uint64_t)a) : a); return true;
-        default: return false;
-        }
-    case EXPR_BINARY:
-        if (!ir_dtype_is_int(e->u.binary.lhs->dtype)) return false;
-        return eval_binary(env, e, out);
-    case EXPR_SELECT:
-        if (!eval(env, e->u.select.cond, &a)) return false;
-        return eval(env, a ? e->u.select.then_value : e->u.select.else_value, out);
-    case EXPR_CAST:
-        if (!ir_dtype_is_int(e->u.cast.value->dtype)) return false;
-        if (!eval(env, e->u.cast.value, &a)) return false;
-        if (e->u.cast.kind == CAST_BITCAST &&
-            ir_dtype_bits(e->dtype) != ir_dtype_bits(e->u.cast.value->dtype))
-            return false;
-        *out = ir_int_wrap(e->dtype, a);
-        return true;
-    default:
-        return false;
-    }
-}
-
-bool ir_eval_int(const Expr *e, const Var **vars, const int64_t *values,
-                 int nvars, int64_t *out)
-{
-    EvalEnv env = { vars, values, nvars, -1 };
-    return eval(&env, e, out);
-}
-
-bool ir_eval_int_thread(const Expr *e, const Var **vars,
-                        const int64_t *values, int nvars, int64_t thread,
-                        int64_t *out)
-{
-    EvalEnv env = { vars, values, nvars, thread };
-    return eval(&env, e, out);
-}
-
-/* ------------------------------------------------------------------ */
-/* shared memory: address formula and bank model                       */
-/* ------------------------------------------------------------------ */
-
-int64_t ir_shared_linear_offset(const Buffer *b, int64_t row, int64_t col)
-{
-    int64_t pitch = b->pitch;
-    if (pitch <= 0) {
-        int64_t w;
-        pitch = int_const(b->shape[b->rank - 1], &w) ? w : 1;
-    }
-    return (row * pitch + col) * ir_dtype_bits(b->dtype) / 8;
-}
-
-int64_t ir_shared_swizzle(int64_t offset, int swizzle_shift)
-{
-    if (swizzle_shift < 0) return offset;
-    return offset ^ (((offset >> (7 + swizzle_shift)) & 7) << 4);
-}
-
-int64_t ir_shared_address(const Buffer *b, int64_t row, int64_t col)
-{
-    return b->shared_offset +
-           ir_shared_swizzle(ir_shared_linear_offset(b, row, col), b->swizzle_shift);
-}
-
-/* Shared memory has 32 banks of 4 bytes.  A warp's request is split into
- * phases: the whole warp for accesses of up to 4 bytes per thread, half
- * warps for 8 bytes, quarter warps for 16.  Within a phase every bank
- * serves one distinct 4-byte word per wavefront; threads reading the same
- * word share it (broadcast).  The phase costs as many wavefronts as its
- * busiest bank has distinct words. */
-int ir_shared_wavefronts(const int64_t *addresses, const bool *active,
-                         int access_bytes)
-{
-    if (access_bytes > 16) {
-        int total = 0;
-        for (int piece = 0; piece < access_bytes; piece += 16) {
-            int64_t shifted[IR_WARP_SIZE];
-            for (int t = 0; t < IR_WARP_SIZE; t++) shifted[t] = addresses[t] + piece;
-            total += ir_shared_wavefronts(shifted, active,
-                                          access_bytes - piece < 16 ? access_bytes - piece : 16);
-        }
-        return total;
-    }
-    int per_phase = access_bytes > 8 ? 8 : access_bytes > 4 ? 16 : IR_WARP_SIZE;
-    int words = access_bytes > 4 ? access_bytes / 4 : 1;
-    int total = 0;
-    for (int first = 0; first < IR_WARP_SIZE; first += per_phase) {
-        int64_t seen[IR_WARP_SIZE * 4];
-        int nseen = 0;
-        int per_bank[32] = { 0 };
-        for (int t = first; t < first + per_phase; t++) {
-            if (active && !active[t]) continue;
-            for (int w = 0; w < words; w++) {
-                int64_t word = (addresses[t] >> 2) + w;
-                bool dup = false;
-                for (int i = 0; i < nseen && !dup; i++) dup = seen[i] == word;
-                if (dup) continue;
-                seen[nseen++] = word;
-                per_bank[((word % 32) + 32) % 32]++;
-            }
-        }
-        int worst = 0;
-        for (int b = 0; b < 32; b++)
-            if (per_bank[b] > worst) worst = per_bank[b];
-        total += worst;
-    }
-    return total;
 }

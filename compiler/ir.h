@@ -797,9 +797,6 @@ Facts *facts_new(Kernel *k);           /* reads Kernel.constraints */
 Modular facts_modular(Facts *f, const Expr *e);
 /* Known bounds [lo, hi] of an integer expression; false if unknown. */
 bool facts_bounds(Facts *f, const Expr *e, int64_t *lo, int64_t *hi);
-/* Evaluates an integer expression whose variables are all bound. */
-bool ir_eval_int(const Expr *e, const Var **vars, const int64_t *values,
-                 int nvars, int64_t *out);
 /* Facts about vars created after facts_new (facts_new itself registers
  * every LET and FOR of the body): a LET value, a FOR range, an interval. */
 void facts_add_let(Facts *f, const Var *var, const Expr *value);
@@ -814,13 +811,26 @@ Kernel *facts_kernel(Facts *f);
  * every block, where extent is a launcher-checked tensor dimension;
  * false when it cannot be proven (see the file's comment). */
 bool facts_prove_below(Facts *f, const Expr *index, const Expr *extent);
+/* value wrapped to the width and signedness of integer type t */
+int64_t ir_int_wrap(DType t, int64_t value);
+/* Floor division and its modulo (the result has b's sign), b != 0; and
+ * whether e is a scalar integer literal (its value in *out). */
+int64_t ir_floor_div(int64_t a, int64_t b);
+int64_t ir_floor_mod(int64_t a, int64_t b);
+bool ir_int_constant(const Expr *e, int64_t *out);
+
+/* ===================================================================== */
+/* analysis_eval.c                                                        */
+/* ===================================================================== */
+
+/* Evaluates an integer expression whose variables are all bound. */
+bool ir_eval_int(const Expr *e, const Var **vars, const int64_t *values,
+                 int nvars, int64_t *out);
 /* As ir_eval_int, with thread_idx bound to `thread` (lane_idx, warp_idx
  * derived) and block_idx_* to 0; thread < 0 leaves them unknown. */
 bool ir_eval_int_thread(const Expr *e, const Var **vars,
                         const int64_t *values, int nvars, int64_t thread,
                         int64_t *out);
-/* value wrapped to the width and signedness of integer type t */
-int64_t ir_int_wrap(DType t, int64_t value);
 /* The shared-memory formula of struct Buffer: linear byte offset of
  * element [row, col] (leading dims flattened into row), the XOR swizzle
  * of a linear offset, and the physical address shared_offset +
@@ -834,6 +844,11 @@ int64_t ir_shared_address(const Buffer *b, int64_t row, int64_t col);
  * quarter warp; same word = broadcast). */
 int ir_shared_wavefronts(const int64_t *addresses, const bool *active,
                          int access_bytes);
+
+/* ===================================================================== */
+/* analysis_loops.c                                                       */
+/* ===================================================================== */
+
 /* Lanes vectorize gives this FOR: the extent of a VECTORIZED loop, or of
  * an innermost copy-like UNROLL loop (a straight-line body with a
  * unit-stride global/shared access); 0 when it stays scalar. */
