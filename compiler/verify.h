@@ -1,9 +1,10 @@
 /*
  * verify.h -- private interface between verify.c (the verifier's walk,
- * scopes, expressions and the classic statements) and verify_hopper.c
- * (the rules of the Hopper nodes: gemm, mbarrier, tma, wgmma, fence,
- * pipelined loops, named barriers, TMA copies, MMA layouts, the kernel's
- * Hopper fields).  Not for use outside those two files.
+ * scopes and the classic statements), verify_expr.c (expressions and
+ * accesses) and verify_hopper.c (the rules of the Hopper nodes: gemm,
+ * mbarrier, tma, wgmma, fence, pipelined loops, named barriers, TMA
+ * copies, MMA layouts, the kernel's Hopper fields).  Not for use outside
+ * those three files.
  */
 #ifndef TKC_VERIFY_H
 #define TKC_VERIFY_H
@@ -42,9 +43,18 @@ __attribute__((format(printf, 3, 4))) void
 verify_report(Verifier *v, Loc loc, const char *fmt, ...);
 /* Buffer in scope, and no fragment at thread level. */
 void verify_buffer_use(Verifier *v, const Buffer *b, Loc loc);
+/* A Var of this kernel (its id indexes the tables), or report. */
+bool verify_var_known(Verifier *v, const Var *var, Loc loc);
+
+/* verify_expr.c */
 void verify_expr(Verifier *v, const Expr *e);
 /* e must be a scalar of dtype want (DT_VOID: any integer). */
 void verify_scalar(Verifier *v, const Expr *e, DType want, const char *what);
+/* A load or store of b: buffer in scope, one integer index per dimension
+ * and a bool predicate (or none), each `lanes` wide; align_bytes a power
+ * of two (0: none). */
+void verify_access(Verifier *v, const Buffer *b, Expr *const *indices, int lanes,
+                   const Expr *predicate, int align_bytes, Loc loc);
 /* Buffer in scope, one integer start per dimension, extents >= 0. */
 void verify_region(Verifier *v, const Region *r, Loc loc);
 /* Reports a tile-level statement once KSTATE_THREAD is set. */
@@ -68,6 +78,21 @@ static inline const char *buffer_name(const Buffer *b)
 static inline const char *dname(DType t)
 {
     return verify_dtype_ok(t) ? ir_dtype_name(t) : "<bad dtype>";
+}
+static inline const char *verify_var_name(const Var *var)
+{
+    return var && var->name ? var->name : "?";
+}
+static inline bool verify_is_integer(DType t)
+{
+    if (!verify_dtype_ok(t))
+        return false;
+    DClass cls = ir_dtype_class(t);
+    return cls == DCLASS_SINT || cls == DCLASS_UINT;
+}
+static inline bool verify_is_float(DType t)
+{
+    return verify_dtype_ok(t) && ir_dtype_class(t) == DCLASS_FLOAT;
 }
 
 #endif
