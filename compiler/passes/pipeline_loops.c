@@ -67,10 +67,13 @@
  * CTA exits while a peer may still arrive on its barriers
  * (docs/hopper.md 11).
  *
+ * Which buffers are versioned, and their re-indexing with the stage, are
+ * in pipe_buffers.c; this file builds the rings and the protocol.
+ *
  * requires: lower_tma, warp_specialize.  guarantees: no PIPELINED loop
  * remains; every TMA load has its barrier.
  */
-#include "async_util.h"
+#include "pipe_buffers.h"
 
 typedef struct {
     Kernel *k;
@@ -126,144 +129,7 @@ static void collect_loops(PipeCtx *c, Stmt *s, bool in_loop)
     }
 }
 
-static bool member(const PtrVec *set, const void *item)
-{
-    for (int i = 0; i < set->count; i++)
-        if (set->items[i] == item)
-            return true;
-    return false;
-}
-
-/* ---- which buffers, and are they used elsewhere ------------------------ */
-
-static void destinations(Kernel *k, const Stmt *s, PtrVec *out)
-{
-    if (!s)
-        return;
-    if (s->kind == STMT_SEQ)
-        for (int i = 0; i < s->u.seq.count; i++)
-            destinations(k, s->u.seq.items[i], out);
-    else if (s->kind == STMT_IF) {
-        destinations(k, s->u.if_.then_body, out);
-        destinations(k, s->u.if_.else_body, out);
-    } else if (async_is_pipe_copy(s) && !member(out, s->u.copy.dst.buffer))
-        vec_push(k->arena, out, s->u.copy.dst.buffer);
-}
-
-/* The CTAs the pipe copies of a skeleton multicast to (0: none). */
-static int skeleton_multicast(const Stmt *s)
-{
-    if (!s)
-        return 0;
-    int most = 0;
-    if (s->kind == STMT_SEQ) {
-        for (int i = 0; i < s->u.seq.count; i++) {
-            int n = skeleton_multicast(s->u.seq.items[i]);
-            most = n > most ? n : most;
-        }
-    } else if (s->kind == STMT_IF) {
-        int a = skeleton_multicast(s->u.if_.then_body);
-        int b = skeleton_multicast(s->u.if_.else_body);
-        most = a > b ? a : b;
-    } else if (async_is_pipe_copy(s)) {
-        most = s->u.copy.multicast;
-    }
-    return most;
-}
-
-static bool expr_reads(const Expr *e, const PtrVec *set)
-{
-    if (!e)
-        return false;
-    switch (e->kind) {
-    case EXPR_LOAD:
-        if (member(set, e->u.load.buffer))
-            return true;
-        for (int d = 0; d < e->u.load.buffer->rank; d++)
-            if (expr_reads(e->u.load.indices[d], set))
-                return true;
-        return expr_reads(e->u.load.predicate, set);
-    case EXPR_UNARY: return expr_reads(e->u.unary.operand, set);
-    case EXPR_BINARY:
-        return expr_reads(e->u.binary.lhs, set) || expr_reads(e->u.binary.rhs, set);
-    case EXPR_SELECT:
-        return expr_reads(e->u.select.cond, set) ||
-               expr_reads(e->u.select.then_value, set) ||
-               expr_reads(e->u.select.else_value, set);
-    case EXPR_CAST: return expr_reads(e->u.cast.value, set);
-    case EXPR_CALL:
-        for (int i = 0; i < e->u.call.nargs; i++)
-            if (expr_reads(e->u.call.args[i], set))
-                return true;
-        return false;
-    case EXPR_RAMP: return expr_reads(e->u.ramp.base, set);
-    case EXPR_BROADCAST: return expr_reads(e->u.broadcast.value, set);
-    default: return false;
-    }
-}
-
-/* The first statement outside skip1/skip2 that touches a buffer of set. */
-static const Stmt *touching(const Stmt *s, const PtrVec *set, const Stmt *skip1,
-                            const Stmt *skip2)
-{
-    if (!s || s == skip1 || s == skip2)
-        return NULL;
-    const Stmt *hit = NULL;
-    switch (s->kind) {
-    case STMT_SEQ:
-        for (int i = 0; i < s->u.seq.count && !hit; i++)
-            hit = touching(s->u.seq.items[i], set, skip1, skip2);
-        return hit;
-    case STMT_FOR:
-        return touching(s->u.loop.body, set, skip1, skip2);
-    case STMT_PARALLEL:
-        return touching(s->u.parallel.body, set, skip1, skip2);
-    case STMT_IF:
-        hit = touching(s->u.if_.then_body, set, skip1, skip2);
-        return hit ? hit : touching(s->u.if_.else_body, set, skip1, skip2);
-    case STMT_LET: return expr_reads(s->u.let.value, set) ? s : NULL;
-    case STMT_ASSIGN: return expr_reads(s->u.assign.value, set) ? s : NULL;
-    case STMT_STORE:
-        return member(set, s->u.store.buffer) || expr_reads(s->u.store.value, set) ? s : NULL;
-    case STMT_ATOMIC:
-        return member(set, s->u.atomic.buffer) || expr_reads(s->u.atomic.value, set) ? s : NULL;
-    case STMT_EVAL: return expr_reads(s->u.eval.value, set) ? s : NULL;
-    case STMT_COPY:
-        return member(set, s->u.copy.src.buffer) || member(set, s->u.copy.dst.buffer) ? s : NULL;
-    case STMT_FILL: return member(set, s->u.fill.dst.buffer) ? s : NULL;
-    case STMT_GEMM:
-        return member(set, s->u.gemm.a.buffer) || member(set, s->u.gemm.b.buffer) ? s : NULL;
-    case STMT_REDUCE:
-        return member(set, s->u.reduce.src) || member(set, s->u.reduce.dst) ? s : NULL;
-    default:
-        return NULL;
-    }
-}
-
-/* Does the body write a buffer of set other than by pipe copies? */
-static bool other_writes(const Stmt *s, const PtrVec *set)
-{
-    if (!s)
-        return false;
-    switch (s->kind) {
-    case STMT_SEQ:
-        for (int i = 0; i < s->u.seq.count; i++)
-            if (other_writes(s->u.seq.items[i], set))
-                return true;
-        return false;
-    case STMT_FOR: return other_writes(s->u.loop.body, set);
-    case STMT_PARALLEL: return other_writes(s->u.parallel.body, set);
-    case STMT_IF:
-        return other_writes(s->u.if_.then_body, set) ||
-               other_writes(s->u.if_.else_body, set);
-    case STMT_STORE: return member(set, s->u.store.buffer);
-    case STMT_ATOMIC: return member(set, s->u.atomic.buffer);
-    case STMT_FILL: return member(set, s->u.fill.dst.buffer);
-    case STMT_COPY:
-        return !async_is_pipe_copy(s) && member(set, s->u.copy.dst.buffer);
-    default: return false;
-    }
-}
+/* ---- what a copy issued ahead may read -------------------------------- */
 
 /* Vars bound or assigned inside a body: their values are those of the
  * current iteration, unknown when a later iteration's copies are issued. */
@@ -284,124 +150,7 @@ static void bound_vars(void *opaque, Stmt *s)
 static bool known_ahead(void *opaque, const Var *v)
 {
     PipeCtx *c = opaque;
-    return v == c->loop_var || !member(&c->bound, v);
-}
-
-/* ---- re-indexing with the stage ---------------------------------------- */
-
-typedef struct {
-    Kernel *k;
-    const PtrVec *versioned;
-    Var *stage;
-    Buffer *full;        /* pipe copies complete on full[stage] */
-} Reindex;
-
-static Expr *stage_load(void *opaque, Expr *e)
-{
-    Reindex *r = opaque;
-    if (e->kind != EXPR_LOAD || !member(r->versioned, e->u.load.buffer))
-        return e;
-    int rank = e->u.load.buffer->rank;
-    Expr **indices = arena_alloc(r->k->arena, sizeof(Expr *) * (size_t)(rank + 1));
-    indices[0] = ir_var(r->k, r->stage);
-    for (int d = 0; d < rank; d++)
-        indices[d + 1] = e->u.load.indices[d];
-    e->u.load.indices = indices;
-    return e;
-}
-
-static Expr *re_expr(Reindex *r, Expr *e)
-{
-    return pass_rewrite_expr(e, stage_load, r);
-}
-
-static Expr **re_indices(Reindex *r, Buffer *b, Expr **indices)
-{
-    for (int d = 0; d < b->rank; d++)
-        indices[d] = re_expr(r, indices[d]);
-    if (!member(r->versioned, b))
-        return indices;
-    Expr **out = arena_alloc(r->k->arena, sizeof(Expr *) * (size_t)(b->rank + 1));
-    out[0] = ir_var(r->k, r->stage);
-    for (int d = 0; d < b->rank; d++)
-        out[d + 1] = indices[d];
-    return out;
-}
-
-static void re_region(Reindex *r, Region *g)
-{
-    if (!g->buffer)
-        return;
-    for (int d = 0; d < g->buffer->rank; d++)
-        g->start[d] = re_expr(r, g->start[d]);
-    if (!member(r->versioned, g->buffer))
-        return;
-    for (int d = g->buffer->rank; d > 0; d--) {
-        g->start[d] = g->start[d - 1];
-        g->extent[d] = g->extent[d - 1];
-    }
-    g->start[0] = ir_var(r->k, r->stage);
-    g->extent[0] = 0;
-}
-
-static void reindex(Reindex *r, Stmt *s)
-{
-    if (!s)
-        return;
-    switch (s->kind) {
-    case STMT_SEQ:
-        for (int i = 0; i < s->u.seq.count; i++)
-            reindex(r, s->u.seq.items[i]);
-        return;
-    case STMT_LET: s->u.let.value = re_expr(r, s->u.let.value); return;
-    case STMT_ASSIGN: s->u.assign.value = re_expr(r, s->u.assign.value); return;
-    case STMT_STORE:
-        s->u.store.value = re_expr(r, s->u.store.value);
-        s->u.store.predicate = re_expr(r, s->u.store.predicate);
-        s->u.store.indices = re_indices(r, s->u.store.buffer, s->u.store.indices);
-        return;
-    case STMT_ATOMIC:
-        s->u.atomic.value = re_expr(r, s->u.atomic.value);
-        s->u.atomic.indices = re_indices(r, s->u.atomic.buffer, s->u.atomic.indices);
-        return;
-    case STMT_FOR:
-        s->u.loop.begin = re_expr(r, s->u.loop.begin);
-        s->u.loop.end = re_expr(r, s->u.loop.end);
-        reindex(r, s->u.loop.body);
-        return;
-    case STMT_PARALLEL: reindex(r, s->u.parallel.body); return;
-    case STMT_IF:
-        s->u.if_.cond = re_expr(r, s->u.if_.cond);
-        reindex(r, s->u.if_.then_body);
-        reindex(r, s->u.if_.else_body);
-        return;
-    case STMT_COPY:
-        if (async_is_pipe_copy(s) && r->full) {
-            Region *bar = &s->u.copy.barrier;
-            bar->buffer = r->full;
-            bar->start[0] = ir_var(r->k, r->stage);
-            bar->extent[0] = 0;
-        }
-        re_region(r, &s->u.copy.src);
-        re_region(r, &s->u.copy.dst);
-        return;
-    case STMT_FILL:
-        s->u.fill.value = re_expr(r, s->u.fill.value);
-        re_region(r, &s->u.fill.dst);
-        return;
-    case STMT_GEMM:
-        re_region(r, &s->u.gemm.a);
-        re_region(r, &s->u.gemm.b);
-        return;
-    case STMT_EVAL: s->u.eval.value = re_expr(r, s->u.eval.value); return;
-    case STMT_ASSERT: s->u.assert_.cond = re_expr(r, s->u.assert_.cond); return;
-    case STMT_MBARRIER:
-        s->u.mbarrier.value = re_expr(r, s->u.mbarrier.value);
-        re_region(r, &s->u.mbarrier.bar);
-        return;
-    default: /* no tile-level access to a shared buffer in the others */
-        return;
-    }
+    return v == c->loop_var || !pipe_member(&c->bound, v);
 }
 
 /* ---- building the protocol --------------------------------------------- */
@@ -529,20 +278,6 @@ static Stmt *with_advance(Kernel *k, Stmt *loop, Var *base)
     return out;
 }
 
-/* Adds the stage dimension to every versioned buffer (after re-indexing:
- * the walkers read index arrays of the old rank). */
-static void add_stage_dims(Pipe *p, Kernel *k, bool synchronized)
-{
-    for (int i = 0; i < p->versioned.count; i++) {
-        Buffer *b = p->versioned.items[i];
-        for (int d = b->rank; d > 0; d--)
-            b->shape[d] = b->shape[d - 1];
-        b->shape[0] = pass_index(k, p->stages);
-        b->rank++;
-        b->mbarrier_synchronized = synchronized;
-    }
-}
-
 static void serialize(Stmt *loop)
 {
     loop->u.loop.kind = LOOP_SERIAL;
@@ -646,10 +381,8 @@ static Stmt *pipeline_both(PipeCtx *c, Pipe *p, Stmt *skeleton)
     ir_seq_append(k, out_body, async_mbarrier(k, MBAR_WAIT, p->full, ir_var(k, stage),
                                               ir_var(k, parity), loc));
     append_all(k, out_body, body);
-    Reindex r = {.k = k, .versioned = &p->versioned, .stage = pro_stage, .full = p->full};
-    reindex(&r, pro_body);
-    r.stage = stage;
-    reindex(&r, out_body);
+    pipe_reindex(k, &p->versioned, pro_stage, p->full, pro_body);
+    pipe_reindex(k, &p->versioned, stage, p->full, out_body);
 
     /* release a slot (this iteration's, or the previous one's with a
      * lag), and thread 0 refills it with the iteration S on */
@@ -665,8 +398,7 @@ static Stmt *pipeline_both(PipeCtx *c, Pipe *p, Stmt *skeleton)
     ir_seq_append(k, issue, async_mbarrier(k, MBAR_EXPECT_TX, p->full,
                                            ir_var(k, free_stage), refill_bytes, loc));
     append_all(k, issue, refill);
-    r.stage = free_stage;
-    reindex(&r, issue);
+    pipe_reindex(k, &p->versioned, free_stage, p->full, issue);
     Expr *ahead = ir_binary(k, BIN_LT, ir_copy_expr(k, k_ahead),
                             ir_copy_expr(k, loop->u.loop.end));
     Stmt *refill_if = async_if(k, async_thread_is(k, 0), async_if(k, ahead, issue, loc), loc);
@@ -677,7 +409,8 @@ static Stmt *pipeline_both(PipeCtx *c, Pipe *p, Stmt *skeleton)
         ir_seq_append(k, out_body, release);
         ir_seq_append(k, out_body, refill_if);
     }
-    add_stage_dims(p, k, !other_writes(body, &p->versioned));
+    pipe_add_stage_dims(k, &p->versioned, p->stages,
+                        !pipe_other_writes(body, &p->versioned));
 
     loop->u.loop.body = out_body;
     serialize(loop);
@@ -725,11 +458,9 @@ static void pipeline_pair(PipeCtx *c, Pipe *p)
         ir_seq_append(k, cbody, release_slot(k, p, cstage, loc));
     }
 
-    Reindex r = {.k = k, .versioned = &p->versioned, .stage = pstage, .full = p->full};
-    reindex(&r, pbody);
-    r.stage = cstage;
-    reindex(&r, cbody);
-    add_stage_dims(p, k, true);
+    pipe_reindex(k, &p->versioned, pstage, p->full, pbody);
+    pipe_reindex(k, &p->versioned, cstage, p->full, cbody);
+    pipe_add_stage_dims(k, &p->versioned, p->stages, true);
     prod->u.loop.body = pbody;
     cons->u.loop.body = cbody;
     serialize(prod);
@@ -825,8 +556,8 @@ bool pass_pipeline_loops(Kernel *k, Diag *diag)
         }
         Stmt *skeleton = role == PIPE_PRODUCER ? loop->u.loop.body
                                                : async_skeleton(k, loop->u.loop.body);
-        destinations(k, skeleton, &p.versioned);
-        p.multicast = skeleton_multicast(skeleton);
+        pipe_destinations(k, skeleton, &p.versioned);
+        p.multicast = pipe_multicast(skeleton);
         if (p.multicast && k->compute_threads % 32 != 0) {
             pass_error(diag, &c.ok, loop->loc, "a pipelined loop whose copies multicast "
                        "needs whole warps (%d threads)", k->compute_threads);
@@ -839,7 +570,7 @@ bool pass_pipeline_loops(Kernel *k, Diag *diag)
                 serialize(p.consumer);
             continue;
         }
-        const Stmt *outside = touching(k->body, &p.versioned, loop, p.consumer);
+        const Stmt *outside = pipe_touching(k->body, &p.versioned, loop, p.consumer);
         if (outside) {
             pass_error(diag, &c.ok, outside->loc, "'%s' is filled by TMA in a "
                        "pipelined loop and also used outside it",
