@@ -9,7 +9,10 @@
  *   lower_expr.c names, typing, operators and constant folding of
  *                expressions (Value)
  *   lower_call.c conversions, bitcasts, builtins and fn inlining
- *   lower_ast.c  one kernel instance -> one IR Kernel (statements)
+ *   lower_ast.c  one kernel instance -> one IR Kernel: parameters,
+ *                constraints, launch, control-flow statements
+ *   lower_buffer.c the statements that use buffers: alloc, assignment,
+ *                atomics, copy, fill, reduce
  *   lower_hopper.c the Hopper statements and options: gemm, pipelined
  *                loops, tma / warp_specialize hints
  *
@@ -209,6 +212,11 @@ Value lower_fn_body(Lower *lower, Decl *fn);
 /* ---- lower_ast.c ------------------------------------------------------ */
 /* Instantiates every instance of a kernel declaration into the module. */
 void lower_kernel(Program *program, Decl *decl);
+/* A compile-time integer > 0 (shapes, extents), or an error naming `what`. */
+bool lower_positive_const(Lower *lower, const AstNode *node, const char *what,
+                          int64_t *out);
+
+/* ---- lower_buffer.c --------------------------------------------------- */
 /* A region node (IDENT or IDENT[slices]) of a tile statement, and its
  * shape: the extents that are not single indices (0) or singletons (1).
  * Fewer slices than dimensions give the leading ones; the rest are whole
@@ -217,6 +225,18 @@ bool lower_region(Lower *lower, const AstNode *node, Region *region,
                   int64_t *shape, int *shape_rank);
 /* "tensor", "shared buffer", "fragment", "local buffer". */
 const char *lower_scope_text(Scope scope);
+/* The value stored into `name` (a buffer element, or a var: `what` says
+ * which) with exactly `dtype`: literals adapt, any other type is an error
+ * asking for an explicit conversion.  NULL after an error. */
+Expr *lower_store_value(Lower *lower, Value value, DType dtype,
+                        const char *what, const char *name, Loc loc);
+/* The statements lower_ast.c's walk hands over, appended to seq. */
+void lower_alloc(Lower *lower, Stmt *seq, const AstNode *node);
+void lower_assign(Lower *lower, Stmt *seq, const AstNode *node);
+void lower_copy(Lower *lower, Stmt *seq, const AstNode *node);
+void lower_fill(Lower *lower, Stmt *seq, const AstNode *node);
+void lower_reduce(Lower *lower, Stmt *seq, const AstNode *node);
+void lower_atomic(Lower *lower, Stmt *seq, const AstNode *node);
 
 /* ---- lower_hopper.c --------------------------------------------------- */
 /* The NAMED option `name` of an option list, or NULL. */
