@@ -390,12 +390,12 @@ static bool a_registers(Codegen *cg, const Stmt *s, LLVMValueRef *out) {
     const Buffer *b = a->buffer;
     int per_register = 32 / ir_dtype_bits(b->dtype);
     int64_t first = local_origin(a), size = local_size(b);
-    if (b->dtype != s->u.wgmma.ab_dtype || first < 0 || size < 0 ||
+    if (b->dtype != s->u.wgmma.a_dtype || first < 0 || size < 0 ||
         first + 4 * per_register > size) {
         cg_error(cg, s->loc,
                  "wgmma A registers: %s must be a %s LOCAL array with a constant origin "
                  "and %d elements from it",
-                 b->name, ir_dtype_name(s->u.wgmma.ab_dtype), 4 * per_register);
+                 b->name, ir_dtype_name(s->u.wgmma.a_dtype), 4 * per_register);
         return false;
     }
     LLVMTypeRef element = cg_memory_type(cg, b->dtype);
@@ -413,13 +413,14 @@ static bool a_registers(Codegen *cg, const Stmt *s, LLVMValueRef *out) {
 }
 
 static bool check_wgmma(Codegen *cg, const Stmt *s) {
-    DType t = s->u.wgmma.ab_dtype;
-    const char *type = wgmma_type_name(t);
+    DType t = s->u.wgmma.a_dtype, tb = s->u.wgmma.b_dtype;
     int n = s->u.wgmma.n;
     int k_step = ir_dtype_bits(t) == 16 ? 16 : 32;
-    if (!type) {
-        cg_error(cg, s->loc, "wgmma on %s: operands are bf16, f16, e4m3 or e5m2",
-                 ir_dtype_name(t));
+    /* one 16-bit type on both sides, or fp8 on both (mixed allowed) */
+    bool fp8 = ir_dtype_bits(t) == 8 && ir_dtype_bits(tb) == 8;
+    if (!wgmma_type_name(t) || !wgmma_type_name(tb) || (t != tb && !fp8)) {
+        cg_error(cg, s->loc, "wgmma on %s x %s: operands are bf16 x bf16, f16 x f16 or "
+                 "e4m3/e5m2 x e4m3/e5m2", ir_dtype_name(t), ir_dtype_name(tb));
         return false;
     }
     if (s->u.wgmma.m != 64 || n < 8 || n > 256 || n % 8 != 0 || s->u.wgmma.k != k_step) {
@@ -522,7 +523,7 @@ static bool wgmma_available(Codegen *cg, const Stmt *s) {
 void cg_wgmma(Codegen *cg, const Stmt *s) {
     if (!wgmma_available(cg, s) || !check_wgmma(cg, s)) return;
     int n = s->u.wgmma.n, outputs = n / 2;
-    DType t = s->u.wgmma.ab_dtype;
+    DType t = s->u.wgmma.a_dtype, tb = s->u.wgmma.b_dtype;
     bool sixteen_bit = ir_dtype_bits(t) == 16;
     bool a_in_registers = s->u.wgmma.a.buffer && s->u.wgmma.a.buffer->scope == SCOPE_LOCAL;
 
@@ -570,7 +571,7 @@ void cg_wgmma(Codegen *cg, const Stmt *s) {
     text_add(&text, "{\n.reg .pred p;\nsetp.ne.b32 p, $%d, 0;\n",
             outputs + (a_in_registers ? 4 : 1) + 1);
     text_add(&text, "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {", n, s->u.wgmma.k,
-            wgmma_type_name(t), wgmma_type_name(t));
+            wgmma_type_name(t), wgmma_type_name(tb));
     for (int i = 0; i < outputs; i++) text_add(&text, "%s$%d", i ? ", " : "", i);
     if (a_in_registers) {
         text_add(&text, "}, {$%d, $%d, $%d, $%d}", operand, operand + 1, operand + 2,

@@ -587,9 +587,10 @@ struct Stmt {
                  int multicast_dim; } tma;
         /* One wgmma.mma_async m64nNkK for one warpgroup: A and B
          * origins, acc registers [acc_offset, acc_offset + n/2); scale_d
-         * false ignores acc's old value (docs/ir.md 10) */
+         * false ignores acc's old value (docs/ir.md 10).  a_dtype and
+         * b_dtype are equal except for fp8, where e4m3 x e5m2 mix. */
         struct { Region a, b; Buffer *acc; int64_t acc_offset;
-                 int m, n, k; DType ab_dtype, acc_dtype;
+                 int m, n, k; DType a_dtype, b_dtype, acc_dtype;
                  bool transpose_a, transpose_b; Expr *scale_d; } wgmma;
         struct { FenceOp op; int64_t value; } fence;
     } u;

@@ -319,7 +319,7 @@ static void parse_wgmma(Parser *p, Stmt *s)
     s->u.wgmma.m = m;
     s->u.wgmma.n = n;
     s->u.wgmma.k = kk;
-    s->u.wgmma.ab_dtype = ir_lex_expect_dtype(p);
+    s->u.wgmma.a_dtype = ir_lex_expect_dtype(p);
     s->u.wgmma.acc_dtype = ir_lex_expect_dtype(p);
     s->u.wgmma.a = ir_parse_region(p);
     ir_lex_expect_punct(p, ",");
@@ -331,6 +331,9 @@ static void parse_wgmma(Parser *p, Stmt *s)
     static const char *const names[] = {"transpose_a", "transpose_b"};
     bool *flags[] = {&s->u.wgmma.transpose_a, &s->u.wgmma.transpose_b};
     parse_flags(p, names, flags, 2);
+    s->u.wgmma.b_dtype = s->u.wgmma.a_dtype;
+    if (accept_word(p, "b_dtype"))
+        s->u.wgmma.b_dtype = ir_lex_expect_dtype(p);
     ir_lex_expect_word(p, "scale_d");
     s->u.wgmma.scale_d = ir_parse_expr(p);
 }

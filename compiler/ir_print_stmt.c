@@ -169,7 +169,7 @@ static void print_async_stmt(const Printer *p, const Stmt *s)
         return;
     }
     case STMT_WGMMA: {
-        DType ab = s->u.wgmma.ab_dtype, acc = s->u.wgmma.acc_dtype;
+        DType ab = s->u.wgmma.a_dtype, acc = s->u.wgmma.acc_dtype;
         fprintf(out, "wgmma m%dn%dk%d %s %s ", s->u.wgmma.m, s->u.wgmma.n, s->u.wgmma.k,
                 (unsigned)ab < DT_COUNT ? ir_dtype_name(ab) : "<bad>",
                 (unsigned)acc < DT_COUNT ? ir_dtype_name(acc) : "<bad>");
@@ -183,6 +183,10 @@ static void print_async_stmt(const Printer *p, const Stmt *s)
             fputs(" transpose_a", out);
         if (s->u.wgmma.transpose_b)
             fputs(" transpose_b", out);
+        /* B's dtype only where it differs from A's (mixed fp8) */
+        if (s->u.wgmma.b_dtype != s->u.wgmma.a_dtype)
+            fprintf(out, " b_dtype %s", (unsigned)s->u.wgmma.b_dtype < DT_COUNT
+                                            ? ir_dtype_name(s->u.wgmma.b_dtype) : "<bad>");
         fputs(" scale_d ", out);
         ir_print_expr_in(out, s->u.wgmma.scale_d, DT_VOID);
         return;

@@ -225,12 +225,13 @@ static void check_tma(Verifier *v, const Stmt *s, Loc loc)
 static void check_wgmma(Verifier *v, const Stmt *s, Loc loc)
 {
     int m = s->u.wgmma.m, n = s->u.wgmma.n, kk = s->u.wgmma.k;
-    DType ab = s->u.wgmma.ab_dtype, acc_dtype = s->u.wgmma.acc_dtype;
+    DType ab = s->u.wgmma.a_dtype, bt = s->u.wgmma.b_dtype, acc_dtype = s->u.wgmma.acc_dtype;
     if (m != 64 || n < 8 || n > 256 || n % 8 != 0 || (kk != 16 && kk != 32))
         verify_report(v, loc, "wgmma m%dn%dk%d is not a Hopper shape (m64, n 8..256 by 8, "
                       "k 16 or 32)", m, n, kk);
-    if (!verify_dtype_ok(ab) || !mma_operands_ok(ab, ab))
-        verify_report(v, loc, "wgmma operand dtype %s (bf16, f16, e4m3, e5m2)", dname(ab));
+    if (!verify_dtype_ok(ab) || !verify_dtype_ok(bt) || !mma_operands_ok(ab, bt))
+        verify_report(v, loc, "wgmma operand dtypes %s x %s (bf16 x bf16, f16 x f16, "
+                      "e4m3/e5m2 x e4m3/e5m2)", dname(ab), dname(bt));
     else if (kk * ir_dtype_bits(ab) != 256)
         verify_report(v, loc, "wgmma k%d with %s operands (k is 32 bytes: 16 for 16-bit, 32 "
                       "for 8-bit types)", kk, dname(ab));
@@ -248,9 +249,9 @@ static void check_wgmma(Verifier *v, const Stmt *s, Loc loc)
     if (a && a->dtype != ab)
         verify_report(v, loc, "wgmma A @%s has dtype %s, the wgmma %s", buffer_name(a),
                       dname(a->dtype), dname(ab));
-    if (b && b->dtype != ab)
+    if (b && b->dtype != bt)
         verify_report(v, loc, "wgmma B @%s has dtype %s, the wgmma %s", buffer_name(b),
-                      dname(b->dtype), dname(ab));
+                      dname(b->dtype), dname(bt));
     verify_buffer_use(v, acc, loc);
     if (acc) {
         /* lower_gemm runs before lower_parallel: the accumulator is still

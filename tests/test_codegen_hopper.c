@@ -131,7 +131,8 @@ static Stmt *wgmma(Kernel *k, DType t, int n, Region a, Region b, Buffer *acc,
     s->u.wgmma.m = 64;
     s->u.wgmma.n = n;
     s->u.wgmma.k = ir_dtype_bits(t) == 16 ? 16 : 32;
-    s->u.wgmma.ab_dtype = t;
+    s->u.wgmma.a_dtype = t;
+    s->u.wgmma.b_dtype = t;
     s->u.wgmma.acc_dtype = DT_F32;
     s->u.wgmma.transpose_b = transpose_b;
     s->u.wgmma.scale_d = scale_d;

@@ -289,7 +289,8 @@ static Kernel *build_kernel(Module *m, Var **loop_var)
     wgmma->u.wgmma.m = 64;
     wgmma->u.wgmma.n = 64;
     wgmma->u.wgmma.k = 16;
-    wgmma->u.wgmma.ab_dtype = DT_BF16;
+    wgmma->u.wgmma.a_dtype = DT_BF16;
+    wgmma->u.wgmma.b_dtype = DT_BF16;
     wgmma->u.wgmma.acc_dtype = DT_F32;
     wgmma->u.wgmma.transpose_b = true;
     wgmma->u.wgmma.scale_d = ir_binary(k, BIN_NE, ir_var(k, i), ir_int(k, DT_I32, 0));

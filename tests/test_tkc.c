@@ -194,6 +194,22 @@ Test(tkc_usage, mutable_var_in_parallel_compiles) {
     free(ptx);
 }
 
+/* A regression: an e4m3 x e5m2 gemm stopped tkc with an internal error
+ * (its wgmma had one operand dtype); it compiles to the mixed wgmma, and
+ * ptxas takes it (the default output is the cubin). */
+Test(tkc_usage, mixed_fp8_gemm_compiles) {
+    char *ptx = compile_to(DATA "/gemm_fp8_mixed.tk", "ptx", "sm_90a", "mixed.ptx", NULL);
+    cr_assert(strstr(ptx, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2") != NULL,
+              "no e4m3 x e5m2 wgmma in the PTX");
+    free(ptx);
+    size_t size = 0;
+    char *cubin = compile_to(DATA "/gemm_fp8_mixed.tk", "cubin", "sm_90a", "mixed.cubin", &size);
+    cr_assert(size > 4 && memcmp(cubin, "\177ELF", 4) == 0, "not an ELF file");
+    free(cubin);
+    char *ir = compile_to(DATA "/gemm_fp8_mixed.tk", "ir", "sm_90a", "mixed.ir", NULL);
+    free(ir);
+}
+
 /* ---- every emit kind on the library ------------------------------------ */
 
 Test(tkc_emit, cubin_is_elf) {

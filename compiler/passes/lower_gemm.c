@@ -325,7 +325,8 @@ static Stmt *lower_gemm(GemmCtx *ctx, Stmt *s)
                 w->u.wgmma.m = 64;
                 w->u.wgmma.n = (int)atom;
                 w->u.wgmma.k = (int)step;
-                w->u.wgmma.ab_dtype = abuf->dtype;
+                w->u.wgmma.a_dtype = abuf->dtype;
+                w->u.wgmma.b_dtype = s->u.gemm.b.buffer->dtype;
                 w->u.wgmma.acc_dtype = c->dtype;
                 w->u.wgmma.transpose_a = trans_a;
                 w->u.wgmma.transpose_b = trans_b;
