@@ -30,6 +30,19 @@ static void mark_written(Buffer *buffer) {
     if (buffer->scope == SCOPE_GLOBAL) buffer->read_only = false;
 }
 
+/* The value an element store or an atomic writes to buffer (converted to
+ * its dtype, or NULL after a diagnostic), and the buffer marked written. */
+static Expr *written_value(Lower *lower, Value value, Buffer *buffer,
+                           const AstNode *target, Loc loc) {
+    Expr *e = lower_store_value(lower, value, buffer->dtype,
+                                arena_printf(lower->program->scratch,
+                                             "%s buffer",
+                                             ir_dtype_name(buffer->dtype)),
+                                target->name, loc);
+    if (e) mark_written(buffer);
+    return e;
+}
+
 const char *lower_scope_text(Scope scope) {
     switch (scope) {
     case SCOPE_GLOBAL: return "tensor";
@@ -171,13 +184,8 @@ void lower_assign(Lower *lower, Stmt *seq, const AstNode *node) {
         value = lower_binary(lower, (BinOp)node->op, (Value){old, false}, value,
                              node->loc);
     }
-    Expr *e = lower_store_value(lower, value, buffer->dtype,
-                                arena_printf(lower->program->scratch,
-                                             "%s buffer",
-                                             ir_dtype_name(buffer->dtype)),
-                                target->name, node->b->loc);
+    Expr *e = written_value(lower, value, buffer, target, node->b->loc);
     if (!e) return;
-    mark_written(buffer);
     Stmt *s = ir_new_stmt(lower->kernel, STMT_STORE, node->loc);
     s->u.store.buffer = buffer;
     s->u.store.indices = expr_array(lower, index, buffer->rank);
@@ -419,13 +427,8 @@ void lower_atomic(Lower *lower, Stmt *seq, const AstNode *node) {
     }
     Expr *index[IR_MAX_RANK];
     if (!indices(lower, buffer, target, index)) return;
-    Expr *e = lower_store_value(lower, value, buffer->dtype,
-                                arena_printf(lower->program->scratch,
-                                             "%s buffer",
-                                             ir_dtype_name(buffer->dtype)),
-                                target->name, node->b->loc);
+    Expr *e = written_value(lower, value, buffer, target, node->b->loc);
     if (!e) return;
-    mark_written(buffer);
     Stmt *s = ir_new_stmt(lower->kernel, STMT_ATOMIC, node->loc);
     s->u.atomic.op = (AtomicOp)node->op;
     s->u.atomic.buffer = buffer;
