@@ -53,22 +53,9 @@ typedef struct {
     int64_t c;
 } Lin;
 
-static bool int_const(const Expr *e, int64_t *out)
-{
-    if (!e || e->kind != EXPR_INT) return false;
-    *out = e->u.int_value;
-    return true;
-}
-
 static bool is_i32(const Expr *e)
 {
     return e && e->lanes == 1 && e->dtype == DT_I32;
-}
-
-static int64_t floor_mod(int64_t a, int64_t m)
-{
-    int64_t r = a % m;
-    return r < 0 ? r + m : r;
 }
 
 static void lin_const(Lin *l, int64_t v)
@@ -128,17 +115,17 @@ static void lin_add(Facts *f, const Expr *e, int64_t scale, Lin *l, int depth)
             lin_add(f, b, -scale, l, depth + 1);
             return;
         case BIN_MUL:
-            if (int_const(b, &k) && k > -COEF_LIMIT && k < COEF_LIMIT) {
+            if (ir_int_constant(b, &k) && k > -COEF_LIMIT && k < COEF_LIMIT) {
                 lin_add(f, a, scale * k, l, depth + 1);
                 return;
             }
-            if (int_const(a, &k) && k > -COEF_LIMIT && k < COEF_LIMIT) {
+            if (ir_int_constant(a, &k) && k > -COEF_LIMIT && k < COEF_LIMIT) {
                 lin_add(f, b, scale * k, l, depth + 1);
                 return;
             }
             break;
         case BIN_SHL:
-            if (int_const(b, &k) && k >= 0 && k < 24) {
+            if (ir_int_constant(b, &k) && k >= 0 && k < 24) {
                 lin_add(f, a, scale * ((int64_t)1 << k), l, depth + 1);
                 return;
             }
@@ -159,13 +146,13 @@ static bool floor_division(const Expr *e, const Expr **num, int64_t *m)
 {
     int64_t k;
     if (e->kind != EXPR_BINARY || !is_i32(e)) return false;
-    if (e->u.binary.op == BIN_DIV && int_const(e->u.binary.rhs, &k) && k > 0 &&
+    if (e->u.binary.op == BIN_DIV && ir_int_constant(e->u.binary.rhs, &k) && k > 0 &&
         k < COEF_LIMIT) {
         *num = e->u.binary.lhs;
         *m = k;
         return true;
     }
-    if (e->u.binary.op == BIN_SHR && int_const(e->u.binary.rhs, &k) && k >= 0 && k < 24) {
+    if (e->u.binary.op == BIN_SHR && ir_int_constant(e->u.binary.rhs, &k) && k >= 0 && k < 24) {
         *num = e->u.binary.lhs;
         *m = (int64_t)1 << k;
         return true;
@@ -198,7 +185,7 @@ static bool lin_bound_round(Facts *f, Lin *l)
             Modular md = facts_modular(f, num);
             l->coef[i] = 0;
             lin_add(f, num, c / m, l, 0);
-            if (md.coeff % m == 0) lin_const(l, -(c / m) * floor_mod(md.base, m));
+            if (md.coeff % m == 0) lin_const(l, -(c / m) * ir_floor_mod(md.base, m));
             else if (c > 0) lin_const(l, -(c / m) * (m - 1));
             return true;
         }

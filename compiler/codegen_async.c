@@ -416,9 +416,7 @@ static bool check_wgmma(Codegen *cg, const Stmt *s) {
     DType t = s->u.wgmma.a_dtype, tb = s->u.wgmma.b_dtype;
     int n = s->u.wgmma.n;
     int k_step = ir_dtype_bits(t) == 16 ? 16 : 32;
-    /* one 16-bit type on both sides, or fp8 on both (mixed allowed) */
-    bool fp8 = ir_dtype_bits(t) == 8 && ir_dtype_bits(tb) == 8;
-    if (!wgmma_type_name(t) || !wgmma_type_name(tb) || (t != tb && !fp8)) {
+    if (!ir_dtype_mma_operands(t, tb)) {
         cg_error(cg, s->loc, "wgmma on %s x %s: operands are bf16 x bf16, f16 x f16 or "
                  "e4m3/e5m2 x e4m3/e5m2", ir_dtype_name(t), ir_dtype_name(tb));
         return false;

@@ -74,6 +74,12 @@ bool ir_dtype_is_float(DType t)
     return cls == DCLASS_FLOAT || cls == DCLASS_FLOAT8;
 }
 
+bool ir_dtype_mma_operands(DType a, DType b)
+{
+    bool fp8_a = a == DT_E4M3 || a == DT_E5M2, fp8_b = b == DT_E4M3 || b == DT_E5M2;
+    return (a == b && (a == DT_BF16 || a == DT_F16)) || (fp8_a && fp8_b);
+}
+
 /* One lookup function per X-macro list; out-of-range values are compiler
  * bugs, caught here rather than printed as garbage. */
 #define NAME_TABLE(function, Type, COUNT, LIST, ENTRY)                       \

@@ -127,6 +127,9 @@ DClass ir_dtype_class(DType t);
 bool ir_dtype_from_name(const char *name, DType *out);
 bool ir_dtype_is_int(DType t);   /* SINT, UINT or BOOL */
 bool ir_dtype_is_float(DType t); /* FLOAT or FLOAT8 */
+/* Operand dtypes a Hopper MMA (gemm, wgmma) takes: both bf16, both f16,
+ * or any two fp8 types (e4m3 and e5m2 may mix). */
+bool ir_dtype_mma_operands(DType a, DType b);
 
 /* ===================================================================== */
 /* ir.c : expressions                                                     */

@@ -70,13 +70,6 @@ static void check_scope(Verifier *v, const Buffer *b, Scope want, const char *wh
                       ir_scope_name(b->scope), ir_scope_name(want));
 }
 
-/* Operand dtypes a Hopper MMA takes: both 16-bit of one kind, or both fp8. */
-static bool mma_operands_ok(DType a, DType b)
-{
-    bool fp8_a = a == DT_E4M3 || a == DT_E5M2, fp8_b = b == DT_E4M3 || b == DT_E5M2;
-    return (a == b && (a == DT_BF16 || a == DT_F16)) || (fp8_a && fp8_b);
-}
-
 /* ---- statements -------------------------------------------------------------------- */
 
 static void check_gemm(Verifier *v, const Stmt *s, Loc loc)
@@ -95,7 +88,7 @@ static void check_gemm(Verifier *v, const Stmt *s, Loc loc)
                       ir_scope_name(a->scope));
     check_scope(v, b, SCOPE_SHARED, "gemm B", loc);
     check_scope(v, c, SCOPE_FRAGMENT, "gemm C", loc);
-    if (!mma_operands_ok(a->dtype, b->dtype))
+    if (!ir_dtype_mma_operands(a->dtype, b->dtype))
         verify_report(v, loc, "gemm of %s x %s (bf16, f16 or fp8 pairs)", dname(a->dtype),
                       dname(b->dtype));
     if (c->dtype != DT_F32 && c->dtype != DT_F16)
@@ -229,7 +222,7 @@ static void check_wgmma(Verifier *v, const Stmt *s, Loc loc)
     if (m != 64 || n < 8 || n > 256 || n % 8 != 0 || (kk != 16 && kk != 32))
         verify_report(v, loc, "wgmma m%dn%dk%d is not a Hopper shape (m64, n 8..256 by 8, "
                       "k 16 or 32)", m, n, kk);
-    if (!verify_dtype_ok(ab) || !verify_dtype_ok(bt) || !mma_operands_ok(ab, bt))
+    if (!verify_dtype_ok(ab) || !verify_dtype_ok(bt) || !ir_dtype_mma_operands(ab, bt))
         verify_report(v, loc, "wgmma operand dtypes %s x %s (bf16 x bf16, f16 x f16, "
                       "e4m3/e5m2 x e4m3/e5m2)", dname(ab), dname(bt));
     else if (kk * ir_dtype_bits(ab) != 256)
