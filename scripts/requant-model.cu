@@ -8,8 +8,10 @@
 // An experiment, not part of the build: the library kernel is
 // kernels/quant_fp4.tk.  V0 is that kernel's item layout and encoder
 // (stdlib/fp4.tk's folded f16x2 encoder); the others change the blocks per
-// SM, the columns per thread, or the loads (cp.async pipeline, cache
-// hints); "floor" keeps V0's loads and stores and drops the work.
+// SM, the columns per thread, or the loads (V3 a per-thread cp.async
+// pipeline, V4 cache hints, V5 a warp-specialised bulk-copy pipeline with
+// one producer warp, V6 two items per thread); "floor" lines keep a
+// pattern's loads and stores and drop the work.
 // Build here:  nvcc -O3 -std=c++17 -arch=sm_90a -Xptxas -v \
 //                   -o requant-model scripts/requant-model.cu
 // and run the binary on the H200 (it needs only the driver).  Results of
@@ -22,6 +24,7 @@
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
 
@@ -357,6 +360,149 @@ __global__ void __launch_bounds__(128) k_pipe(const uint8_t *__restrict__ x, con
 }
 
 // ---------------------------------------------------------------------------
+// V5: persistent, warp-specialised.  Warp 0 lane 0 = producer: 1-D bulk copies
+// (cp.async.bulk, complete_tx on a FULL mbarrier) of R whole rows (R*H bytes,
+// contiguous) into an S-stage smem ring.  Warps 1..C = consumers: wait FULL,
+// process the stage with V0's lane-pair scheme reading 16 B chunks from smem,
+// store straight to global, then one arrive per warp on the stage's EMPTY
+// mbarrier (count C).
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t a, uint32_t n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(a), "r"(n) : "memory");
+}
+__device__ __forceinline__ uint32_t mbar_try(uint32_t a, uint32_t par) {
+    uint32_t ok;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(a), "r"(par) : "memory");
+    return ok;
+}
+// Bounded wait: a protocol bug traps (the launch then fails with an error and the binary exits 1)
+// instead of hanging.  32M failed try_waits is >= about a second; real waits are microseconds.
+__device__ __forceinline__ void mbar_wait(uint32_t a, uint32_t par) {
+    uint32_t tries = 0;
+    while (!mbar_try(a, par))
+        if (++tries == (1u << 25)) __trap();
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t a, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(a), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__host__ __device__ constexpr int ws_bar_bytes(int S) { return (16 * S + 127) / 128 * 128; }
+__host__ __device__ constexpr int ws_smem(int R, int S) { return ws_bar_bytes(S) + S * R * H; }
+
+template <int B, int C, int R, int S, int G = 1, bool FLOOR = false>
+__global__ void __launch_bounds__(32 * (1 + C), B) k_ws(const uint8_t *__restrict__ x, const uint8_t *__restrict__ sin,
+                                                         uint8_t *__restrict__ out, uint8_t *__restrict__ osf, int tiles) {
+    extern __shared__ __align__(128) uint8_t dsm[];
+    constexpr int BARB = ws_bar_bytes(S);
+    constexpr int STAGE = R * H;                 // bytes per stage (multiple of 16)
+    const uint32_t base = smem_u32(dsm);
+    const uint32_t full0 = base, empty0 = base + 8 * S, stage0 = base + BARB;
+    const int n = (int)blockIdx.x < tiles ? (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x : 0;
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < S; s++) { mbar_init(full0 + 8 * s, 1); mbar_init(empty0 + 8 * s, C / G); }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp == 0) {                             // producer
+        if (lane == 0) {
+            int s = 0; uint32_t ph = 0;
+            for (int i = 0; i < n; i++) {
+                mbar_wait(empty0 + 8 * s, ph ^ 1);   // first pass: parity 1 on a fresh barrier returns at once
+                int t0 = ((int)blockIdx.x + i * (int)gridDim.x) * R;
+                uint32_t bytes = (uint32_t)(min(R, T - t0) * H);   // only the valid rows
+                mbar_expect_tx(full0 + 8 * s, bytes);
+                bulk_g2s(stage0 + s * STAGE, x + (size_t)t0 * H, bytes, full0 + 8 * s);
+                if (++s == S) { s = 0; ph ^= 1; }
+            }
+        }
+        return;
+    }
+    // consumers
+    constexpr int NI = R * (H / 64);             // 64-column items per stage (16 per 1024-col segment)
+    // G groups of C/G warps; group g takes the block's tiles i = g, g+G, ... (needs S % G == 0: then a
+    // group never waits on a stage whose previous fill is still pending, so the parity is unambiguous.
+    // S % G == 0 makes tile i-S, the previous user of stage i%S, one that this group already consumed;
+    // S >= G alone is not enough because bulk copies may complete out of order)
+    static_assert(C % G == 0 && S % G == 0, "bad G");
+    constexpr int CG = C / G;
+    constexpr int NT = CG * 32;
+    constexpr int NPASS = (NI + NT - 1) / NT;
+    const int grp = (warp - 1) / CG;
+    const int ct = threadIdx.x - 32 - grp * NT, c = lane & 15;
+    for (int i = grp; i < n; i += G) {
+        const int s = i % S;
+        const uint32_t ph = (uint32_t)(i / S) & 1;
+        const int t0 = ((int)blockIdx.x + i * (int)gridDim.x) * R;
+        mbar_wait(full0 + 8 * s, ph);
+        const uint8_t *st = dsm + BARB + s * STAGE;
+#pragma unroll 1
+        for (int p = 0; p < NPASS; p++) {
+            const int j = ct + p * NT;
+            if ((j & ~31) >= NI) break;          // warp-uniform (and all later passes too)
+            const int seg = j >> 4;              // 1024-column segment inside the stage (= row*7 + bx)
+            const int r = seg / 7, bx = seg - r * 7;
+            const int t = t0 + r;
+            const bool valid = j < NI && t < T;  // per half-warp, so per lane pair
+            // invalid half-warps read row 0 of the stage (always loaded) and store nothing
+            const int off = (valid ? seg * 1024 : bx * 1024) + c * 16;
+            const int tc = valid ? t : t0;
+            const int col0 = bx * 1024 + c * 16;
+            uint4 v[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = *(const uint4 *)(st + off + k * 256);
+            uint32_t sw[2];
+#pragma unroll
+            for (int k = 0; k < 4; k += 2) sw[k / 2] = ld_sw(sin, tc, col0 + k * 256);
+            if (!FLOOR) {
+                process<4, false>(v, sw, tc, valid, col0, c, x, sin, out, osf);
+            } else if (valid) {   // no-work floor: same smem reads and global stores, xor instead of work
+                uint8_t *orow = out + (size_t)t * (H / 2) + col0 / 2;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    *(uint2 *)(orow + k * 128) = make_uint2(v[k].x ^ v[k].y, v[k].z ^ v[k].w);
+                    if ((k * 2 / 4) == (c & 1)) osf[osf_addr(t, (col0 + k * 256) >> 5)] = (uint8_t)(v[k].x ^ (k < 2 ? sw[0] : sw[1]));
+                }
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty0 + 8 * s);
+    }
+}
+
+// V6: V0 with 2 items per thread (rows t and t+8 of a 16-row block), all 8 loads first.
+template <int MINB>
+__global__ void __launch_bounds__(128, MINB) k_tile2(const uint8_t *__restrict__ x, const uint8_t *__restrict__ sin,
+                                                      uint8_t *__restrict__ out, uint8_t *__restrict__ osf) {
+    int m = threadIdx.x >> 4, c = threadIdx.x & 15;
+    int t = blockIdx.y * 16 + m;
+    if (t >= T) return;
+    int t2 = t + 8;
+    bool v2 = t2 < T;
+    int t2c = v2 ? t2 : t;                       // invalid second row: recompute row t, store nothing
+    int col0 = blockIdx.x * 1024 + c * 16;
+    const uint8_t *ra = x + (size_t)t * H + col0, *rb = x + (size_t)t2c * H + col0;
+    uint4 a[4], b[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) a[k] = __ldg((const uint4 *)(ra + k * 256));
+#pragma unroll
+    for (int k = 0; k < 4; k++) b[k] = __ldg((const uint4 *)(rb + k * 256));
+    uint32_t sa[2], sb[2];
+#pragma unroll
+    for (int k = 0; k < 4; k += 2) { sa[k / 2] = ld_sw(sin, t, col0 + k * 256); sb[k / 2] = ld_sw(sin, t2c, col0 + k * 256); }
+    process<4, false>(a, sa, t, true, col0, c, x, sin, out, osf);
+    process<4, false>(b, sb, t2c, v2, col0, c, x, sin, out, osf);
+}
+
+// ---------------------------------------------------------------------------
 // Host
 // ---------------------------------------------------------------------------
 __global__ void flush_kernel(const uint4 *b, size_t n, uint32_t *sink) {
@@ -426,10 +572,55 @@ static const char *check(F launch) {
 template <class K>
 static int regs_of(K k) { cudaFuncAttributes a; CK(cudaFuncGetAttributes(&a, k)); return a.numRegs; }
 
+// V5 launcher: timed (check + timing, one report line) or check-only.
+template <int B, int C, int R, int S, int G = 1, bool FLOOR = false>
+static void run_ws(bool timed) {
+    auto kp = k_ws<B, C, R, S, G, FLOOR>;
+    constexpr int smem = ws_smem(R, S);
+    CK(cudaFuncSetAttribute(kp, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int occ = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kp, 32 * (1 + C), smem));
+    const int tiles = (T + R - 1) / R, grid = sms * B;
+    char name[96];
+    snprintf(name, sizeof name, "%s B%d C%d G%d R%d S%d %dKB occ%d", FLOOR ? "V5floor" : "V5", B, C, G, R, S,
+             (smem + 1023) / 1024, occ);
+    if (occ < B) printf("    note: %s: occupancy %d < B=%d (blocks will run in waves)\n", name, occ, B);
+    auto L = [&] { kp<<<grid, 32 * (1 + C), smem>>>(d_x, d_sin, d_out, d_osf, tiles); };
+    if (FLOOR) {   // unchecked, timed only
+        if (timed) { L(); CK(cudaGetLastError()); CK(cudaDeviceSynchronize()); report(name, time_it(L), regs_of(kp), "(unchecked)"); }
+        return;
+    }
+    if (!timed) { printf("%-34s %s\n", name, check(L)); return; }
+    const char *ck = check(L);
+    report(name, time_it(L), regs_of(kp), ck);
+}
+static void run_all_ws(bool timed) {
+    run_ws<1, 8, 2, 8>(timed);
+    run_ws<1, 12, 2, 8>(timed);
+    run_ws<1, 7, 2, 8>(timed);    // 7 warps x 32 = 224 items = exactly one R=2 stage
+    run_ws<1, 8, 2, 4>(timed);
+    run_ws<1, 8, 1, 8>(timed);
+    run_ws<1, 12, 1, 8>(timed);
+    run_ws<2, 8, 1, 8>(timed);
+    run_ws<2, 8, 2, 6>(timed);
+    run_ws<2, 7, 2, 6>(timed);
+    run_ws<2, 12, 2, 4>(timed);
+    // G consumer groups working on different stages at once
+    run_ws<1, 14, 2, 8, 2>(timed);
+    run_ws<1, 12, 1, 6, 3>(timed);
+    run_ws<1, 16, 1, 8, 4>(timed);
+    run_ws<2, 8, 1, 8, 2>(timed);
+    run_ws<2, 14, 2, 6, 2>(timed);
+    run_ws<1, 8, 2, 8, 1, true>(timed);   // no-work floors of the pipeline (timed pass only)
+    run_ws<2, 8, 1, 8, 1, true>(timed);
+    run_ws<1, 14, 2, 8, 2, true>(timed);
+}
+
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static inline uint32_t rnd() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 16); }
 
 int main() {
+    alarm(500);   // backstop against a hang: SIGALRM kills the process (nonzero exit)
     cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0)); sms = p.multiProcessorCount;
     printf("device %s, %d SMs\n", p.name, sms);
     CK(cudaMalloc(&flush_buf, 256u << 20)); CK(cudaMalloc(&sink, 4));
@@ -499,7 +690,7 @@ int main() {
         CK(cudaFree(a)); CK(cudaFree(b));
     }
     const int tiles = (H / 1024) * ((T + 7) / 8);
-    dim3 g1024(H / 1024, (T + 7) / 8), g512(H / 512, (T + 7) / 8);
+    dim3 g1024(H / 1024, (T + 7) / 8), g512(H / 512, (T + 7) / 8), g16(H / 1024, (T + 15) / 16);
     int b2 = 0, b3 = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b2, k_pipe<2>, 128, 0));
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b3, k_pipe<3>, 128, 0));
@@ -532,6 +723,9 @@ int main() {
         VAR("V3 cp.async S=3", k_pipe<3>, sms * b3, , tiles)
         VAR("V4 L1::no_allocate", (k_tile<4, 8, false, 1>), g1024)
         VAR("V4 L1::no_alloc L2::evict_first", (k_tile<4, 8, false, 2>), g1024)
+        VAR("V6 2 items/thread lb(128,4)", k_tile2<4>, g16)
+        VAR("V6 2 items/thread lb(128,5)", k_tile2<5>, g16)
+        run_all_ws(true);
     }
     {   // check-only pass exercising the slow path: all-zero (+0/-0) groups make q out of range
         std::vector<uint8_t> hx2 = hx;
@@ -569,6 +763,9 @@ int main() {
         CHK("V3 cp.async S=3", k_pipe<3>, sms * b3, , tiles)
         CHK("V4 L1::no_allocate", (k_tile<4, 8, false, 1>), g1024)
         CHK("V4 L1::no_alloc L2::evict_first", (k_tile<4, 8, false, 2>), g1024)
+        CHK("V6 2 items/thread lb(128,4)", k_tile2<4>, g16)
+        CHK("V6 2 items/thread lb(128,5)", k_tile2<5>, g16)
+        run_all_ws(false);
         CK(cudaMemcpy(d_x, hx.data(), X_BYTES, cudaMemcpyHostToDevice));
     }
     printf(fails ? "SOME CHECKS FAILED (%d)\n" : "all checks ok\n", fails);
